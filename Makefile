@@ -1,0 +1,61 @@
+# dpmf-lit: `make reproduce` and `make test` are all a newcomer needs (Python 3.10+ and make).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+CONSTRAINTS := .ci/constraints.txt
+PROFILE ?= quick
+JOBS    ?= 1
+
+.PHONY: install reproduce test test-fast docs preview export clean-nbs bench lock help
+help:
+	@echo "make reproduce   create .venv, install, fetch MovieLens 100K, regenerate every figure (PROFILE=$(PROFILE))"
+	@echo "make test        create .venv if needed, install, run every test"
+	@echo "make docs        render the Quarto site (needs the quarto binary)"
+	@echo "make preview     offline HTML preview of the processed notebooks (no Quarto needed)"
+	@echo "make bench       rating updates per second against Surprise and libmf"
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "dpmf-lit needs Python 3.10+; this is " + sys.version.split()[0] + " (set PYTHON=...)")'
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml $(CONSTRAINTS) | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[dev,bench]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name python3 >/dev/null
+	touch $@
+
+install: $(STAMP)
+
+reproduce: install
+	$(BIN)/dpmf data fetch ml-100k
+	$(BIN)/dpmf reproduce --profile $(PROFILE) --jobs $(JOBS)
+
+test: install
+	$(BIN)/dpmf data fetch ml-100k
+	$(BIN)/nbdev-test --n_workers 2
+	$(BIN)/python -m pytest
+
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow"
+
+bench: install
+	$(BIN)/dpmf bench
+
+export: install
+	$(BIN)/nbdev-export
+	$(BIN)/nbdev-clean
+
+docs: install
+	$(BIN)/nbdev-proc-nbs
+	@if command -v quarto >/dev/null 2>&1; then cd _proc && quarto render; \
+	else echo "Quarto is not installed, so the site was not rendered. The processed notebooks are in _proc/."; \
+	     echo "Install Quarto from https://quarto.org/docs/get-started/ (or 'nbdev-install-quarto'), then run 'make docs' again."; \
+	     echo "For an offline preview without Quarto: make preview"; fi
+
+preview: install
+	$(BIN)/python -m dpmf_lit.site --preview site-preview
+	@echo "open site-preview/index.html"
+
+lock:
+	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^-e' > $(CONSTRAINTS)
