@@ -33,7 +33,7 @@ reproduce: install
 
 test: install
 	$(BIN)/dpmf data fetch ml-100k
-	$(BIN)/nbdev-test --n_workers 2
+	$(BIN)/nbdev-test --n-workers 2
 	$(BIN)/python -m pytest
 
 test-fast: install

@@ -1,0 +1,73 @@
+"""Repository-level checks: the package is in sync with the notebooks, notebooks are clean,
+papermill's parameters tags survive, and the documentation site is ready to render."""
+import json, shutil, subprocess, sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+NBS = sorted(p for p in (ROOT / "nbs").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+
+
+def _copy_project(dst: Path) -> Path:
+    for name in ("pyproject.toml", "settings.ini", "README.md"):
+        shutil.copy(ROOT / name, dst / name)
+    shutil.copytree(ROOT / "nbs", dst / "nbs", symlinks=True)
+    shutil.copytree(ROOT / "dpmf_lit", dst / "dpmf_lit", ignore=shutil.ignore_patterns("__pycache__"))
+    return dst
+
+
+def _tree(folder: Path, pattern: str) -> dict:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob(pattern))
+            if "__pycache__" not in p.parts and ".ipynb_checkpoints" not in p.parts}
+
+
+def test_nbdev_export_leaves_no_diff(tmp_path):
+    proj = _copy_project(tmp_path)
+    subprocess.run([str(BIN / "nbdev-export")], cwd=proj, check=True, capture_output=True)
+    exported, committed = _tree(proj / "dpmf_lit", "*.py"), _tree(ROOT / "dpmf_lit", "*.py")
+    changed = sorted(k for k in exported.keys() | committed.keys() if exported.get(k) != committed.get(k))
+    assert not changed, f"dpmf_lit/ is out of sync with nbs/ (run nbdev-export): {changed}"
+
+
+def test_nbdev_clean_leaves_no_diff(tmp_path):
+    proj = _copy_project(tmp_path)
+    subprocess.run([str(BIN / "nbdev-clean")], cwd=proj, check=True, capture_output=True)
+    cleaned, committed = _tree(proj / "nbs", "*.ipynb"), _tree(ROOT / "nbs", "*.ipynb")
+    changed = sorted(k for k in cleaned if cleaned[k] != committed.get(k))
+    assert not changed, f"notebooks are not clean (run nbdev-clean): {changed}"
+
+
+def test_experiment_notebooks_keep_parameters_tag():
+    experiments = [p for p in NBS if p.parent.name == "experiments"]
+    assert experiments, "no experiment notebooks found in nbs/experiments/"
+    for p in experiments:
+        cells = json.loads(p.read_text())["cells"]
+        tagged = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+        assert len(tagged) == 1, f"{p.name}: expected one cell tagged 'parameters', found {len(tagged)}"
+
+
+def test_no_executed_papermill_notebooks_in_nbs():
+    for p in NBS:
+        cells = json.loads(p.read_text())["cells"]
+        assert not any("injected-parameters" in c.get("metadata", {}).get("tags", []) for c in cells), \
+            f"{p} was executed by papermill in place; executed notebooks belong in the build folder"
+
+
+def test_top_level_shape():
+    for name in ("settings.ini", "README.md", "nbs", "dpmf_lit", "data", "figures", "tests", "_quarto.yml",
+                 "pyproject.toml", "Makefile", ".ci/run", ".gitignore", "data/README.md"):
+        assert (ROOT / name).exists(), f"{name} is missing"
+
+
+def test_site_pages_links_and_figures_resolve():
+    """Runs nbdev-proc-nbs (without its Quarto download) and checks every page, internal link and
+    figure reference of the processed site."""
+    from dpmf_lit.site import check_site, process_site
+    proc = process_site()
+    assert (proc / "sidebar.yml").exists() and (proc / "index.ipynb").exists()
+    sidebar = (proc / "sidebar.yml").read_text()
+    numbered = [p.name for p in NBS if p.parent.name == "nbs" and p.name[:2].isdigit()]
+    assert all(name in sidebar for name in numbered), f"sidebar misses some of {numbered}"
+    assert check_site(proc) == []
