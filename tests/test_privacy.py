@@ -1,0 +1,397 @@
+"""Tests of dpmf_lit.privacy: samplers against their target distributions (with a wrong-scale control that
+must be rejected), calibrations and accountants against exact formulas and Google's dp_accounting,
+the one-posterior-sample and personalized-sampling theorems on exact toy models, and input checks."""
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import dp_accounting
+from dp_accounting.pld import pld_privacy_accountant
+from dpmf_lit.data import Ratings
+from dpmf_lit.mf import PrivacyReport
+from dpmf_lit import privacy as P
+
+N = 100_000          # draws per statistical test
+ACCEPT = 1e-3        # a correct sampler must not be rejected at this level (fixed seeds: deterministic)
+REJECT = 1e-6        # a wrong sampler must be rejected at this level
+
+
+def ks_p(x, cdf):
+    return stats.kstest(np.asarray(x, dtype=np.float64).ravel(), cdf).pvalue
+
+
+def independence_p(x, y, bins=8):
+    "chi-square test of independence on quantile bins of x and y"
+    qx = np.searchsorted(np.quantile(x, np.linspace(0, 1, bins + 1)[1:-1]), x)
+    qy = np.searchsorted(np.quantile(y, np.linspace(0, 1, bins + 1)[1:-1]), y)
+    table = np.zeros((bins, bins))
+    np.add.at(table, (qx, qy), 1)
+    return stats.chi2_contingency(table)[1]
+
+
+# ---------------------------------------------------------------- scalar samplers
+@pytest.mark.parametrize("sigma", [0.3, 2.0])
+def test_gaussian_noise_matches_normal_and_rejects_half_scale(sigma):
+    x = P.gaussian_noise(N, sigma, seed=11)
+    assert x.dtype == np.float32 and x.shape == (N,)
+    assert ks_p(x, stats.norm(scale=sigma).cdf) > ACCEPT
+    assert ks_p(P.gaussian_noise(N, sigma / 2, seed=11), stats.norm(scale=sigma).cdf) < REJECT
+
+
+@pytest.mark.parametrize("scale", [0.5, 3.0])
+def test_laplace_noise_matches_laplace_and_rejects_half_scale(scale):
+    x = P.laplace_noise(N, scale, seed=12, dtype=np.float64)
+    assert ks_p(x, stats.laplace(scale=scale).cdf) > ACCEPT
+    assert ks_p(P.laplace_noise(N, scale / 2, seed=12), stats.laplace(scale=scale).cdf) < REJECT
+    # the sign is fair and independent of the magnitude
+    assert stats.binomtest(int((x > 0).sum()), N).pvalue > ACCEPT
+    assert independence_p(np.abs(x), (x > 0).astype(float) + 0.5 * np.random.default_rng(0).random(N), bins=2) > ACCEPT
+
+
+def test_samplers_are_deterministic_and_advance_a_generator():
+    assert np.array_equal(P.gaussian_noise((3, 4), 1.0, seed=5), P.gaussian_noise((3, 4), 1.0, seed=5))
+    assert not np.array_equal(P.laplace_noise(10, 1.0, seed=5), P.laplace_noise(10, 1.0, seed=6))
+    g = np.random.default_rng(9)
+    a, b = P.gaussian_noise(10, 1.0, seed=g), P.gaussian_noise(10, 1.0, seed=g)
+    assert not np.array_equal(a, b)
+    assert P.gaussian_noise((2, 0), 1.0).shape == (2, 0)
+
+
+def test_mechanisms_add_noise_of_the_calibrated_scale():
+    v = np.zeros(N)
+    lap = P.laplace_mechanism(v, l1_sensitivity=2.0, epsilon=0.5, seed=1)
+    assert ks_p(lap, stats.laplace(scale=4.0).cdf) > ACCEPT
+    assert ks_p(lap, stats.laplace(scale=8.0).cdf) < REJECT
+    sig = P.gaussian_sigma_analytic(1.0, 1e-5, 3.0)
+    gau = P.gaussian_mechanism(v, 3.0, 1.0, 1e-5, seed=2)
+    assert ks_p(gau, stats.norm(scale=sig).cdf) > ACCEPT
+    assert ks_p(gau, stats.norm(scale=2 * sig).cdf) < REJECT
+    cls = P.gaussian_mechanism(v, 3.0, 0.5, 1e-5, seed=3, calibration="classic")
+    assert ks_p(cls, stats.norm(scale=P.gaussian_sigma_classic(0.5, 1e-5, 3.0)).cdf) > ACCEPT
+
+
+# ---------------------------------------------------------------- L2-Laplace
+@pytest.mark.parametrize("d", [2, 3, 10])
+def test_l2_laplace_radius_is_gamma_and_half_scale_rejected(d):
+    eta = P.l2_laplace_noise(N, d, 1.7, seed=21)
+    r = np.linalg.norm(eta, axis=1)
+    assert ks_p(r, stats.gamma(d, scale=1.7).cdf) > ACCEPT
+    r_half = np.linalg.norm(P.l2_laplace_noise(N, d, 1.7 / 2, seed=21), axis=1)
+    assert ks_p(r_half, stats.gamma(d, scale=1.7).cdf) < REJECT
+
+
+@pytest.mark.parametrize("d", [3, 10])
+def test_l2_laplace_direction_is_uniform_and_independent_of_radius(d):
+    eta = P.l2_laplace_noise(N, d, 1.0, seed=22)
+    r = np.linalg.norm(eta, axis=1)
+    u = eta / r[:, None]
+    marginal = stats.beta((d - 1) / 2, (d - 1) / 2).cdf   # (u_k + 1)/2 for u uniform on the sphere
+    for k in (0, d - 1):
+        assert ks_p((u[:, k] + 1) / 2, marginal) > ACCEPT
+    w = np.random.default_rng(1).standard_normal(d); w /= np.linalg.norm(w)
+    assert ks_p((u @ w + 1) / 2, marginal) > ACCEPT         # any fixed direction, not just the axes
+    assert independence_p(r, u[:, 0]) > ACCEPT
+    # a wrong direction sampler (normalised uniform cube) is rejected by the same test
+    c = np.random.default_rng(2).uniform(-1, 1, (N, d)); c /= np.linalg.norm(c, axis=1, keepdims=True)
+    assert ks_p((c[:, 0] + 1) / 2, marginal) < REJECT
+
+
+def test_l2_laplace_in_one_dimension_is_laplace():
+    assert ks_p(P.l2_laplace_noise(N, 1, 2.0, seed=23), stats.laplace(scale=2.0).cdf) > ACCEPT
+
+
+# ---------------------------------------------------------------- Hua et al.'s decomposition
+def test_hua_sum_is_iid_laplace_per_coordinate_and_half_scale_rejected():
+    k, d, eps, Delta = 6, 4, 0.8, 1.5
+    b = 2 * Delta * math.sqrt(d) / eps
+    shares = P.hua_noise_shares(k, d, eps, Delta, seed=31, n=N)
+    assert shares.shape == (N, k, d)
+    eta = shares.sum(axis=1)
+    for l in range(d):
+        assert ks_p(eta[:, l], stats.laplace(scale=b).cdf) > ACCEPT
+    assert independence_p(eta[:, 0], eta[:, 1]) > ACCEPT
+    half = P.hua_noise_shares(k, d, 2 * eps, Delta, seed=31, n=N).sum(axis=1)   # half the noise
+    assert ks_p(half[:, 0], stats.laplace(scale=b).cdf) < REJECT
+    # one user's share alone is a scale mixture with variance 2 b^2 / k per coordinate (far from the total)
+    assert abs(shares[:, 0, 0].var() / (2 * b * b / k) - 1) < 0.05
+
+
+def test_hua_sum_is_not_the_l2_laplace_distribution():
+    "Same guarantee, different law: the norm of Hua's sum is not Gamma(d, 2 Delta / eps)."
+    k, d, eps, Delta = 5, 5, 1.0, 1.0
+    eta = P.hua_noise_shares(k, d, eps, Delta, seed=32, n=N).sum(axis=1)
+    assert ks_p(np.linalg.norm(eta, axis=1), stats.gamma(d, scale=2 * Delta / eps).cdf) < REJECT
+
+
+def test_hua_guarantee_for_l2_sensitivity_2Delta_is_epsilon_and_tight():
+    d, eps, Delta = 7, 0.6, 2.0
+    b, S = 2 * Delta * math.sqrt(d) / eps, 2 * Delta
+    rng = np.random.default_rng(3)
+    v = rng.standard_normal((10_000, d)); v *= S / np.linalg.norm(v, axis=1, keepdims=True)
+    eta = rng.laplace(size=(10_000, d)) * b
+    loss = (np.abs(eta + v).sum(1) - np.abs(eta).sum(1)) / b            # log p(eta) - log p(eta + v)
+    assert loss.max() <= eps + 1e-12
+    ones = np.full(d, S / math.sqrt(d))                                  # worst direction: |v|_1 = sqrt(d)|v|_2
+    assert math.isclose(np.abs(ones).sum() / b, eps, rel_tol=1e-12)
+    H = np.array([1.0, 0.5, 0.01])
+    assert math.isclose(P.hua_conditional_mu(H, eps, Delta), 2 * Delta / (2 * Delta * math.sqrt(3) / eps * math.sqrt(0.02)))
+
+
+# ---------------------------------------------------------------- Gaussian calibration
+@pytest.mark.parametrize("eps", [0.1, 0.5, 1.0, 2.0, 4.0])
+@pytest.mark.parametrize("delta", [1e-10, 1e-5, 1e-2])
+def test_analytic_sigma_is_exactly_calibrated(eps, delta):
+    s = P.gaussian_sigma_analytic(eps, delta)
+    assert P.gaussian_delta(s, eps) <= delta
+    assert P.gaussian_delta(s * (1 - 1e-6), eps) > delta            # smallest valid sigma
+    assert math.isclose(P.gaussian_sigma_analytic(eps, delta, 2.5), 2.5 * s, rel_tol=1e-9)
+    if eps < 1: assert s < P.gaussian_sigma_classic(eps, delta)
+    assert math.isclose(P.gaussian_epsilon(s, delta), eps, rel_tol=1e-8)
+
+
+def test_analytic_sigma_agrees_with_dp_accounting_pld():
+    for eps, delta in [(0.3, 1e-5), (2.0, 1e-6)]:
+        s = P.gaussian_sigma_analytic(eps, delta)
+        acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-5)
+        assert abs(acc.compose(dp_accounting.GaussianDpEvent(s)).get_epsilon(delta) - eps) < 1e-3
+
+
+def test_classic_sigma_formula_and_refusal():
+    assert math.isclose(P.gaussian_sigma_classic(0.5, 1e-5, 2.0), 2.0 * math.sqrt(2 * math.log(1.25e5)) / 0.5)
+    with pytest.raises(ValueError, match=r"epsilon=1.*gaussian_sigma_analytic"):
+        P.gaussian_sigma_classic(1.0, 1e-5)
+
+
+# ---------------------------------------------------------------- accounting
+@pytest.mark.parametrize("J", [1, 50, 300, 5000])
+@pytest.mark.parametrize("eps_i", [0.1, 0.5, 0.9])
+def test_closed_form_equals_classic_conversion_optimum(J, eps_i):
+    z = P.classic_noise_multiplier(eps_i, 0.01)
+    closed = P.mugdho_imtiaz_epsilon(J, eps_i, 0.01, 1e-5)
+    opt, alpha = P.gaussian_epsilon_classic_optimum(z, J, 1e-5)
+    assert math.isclose(closed, opt, rel_tol=1e-8)
+    rho = J * eps_i ** 2 / (4 * math.log(125))
+    assert math.isclose(alpha, 1 + math.sqrt(math.log(1e5) / rho), rel_tol=1e-5)     # paper 003 Eq. 8
+    assert P.gaussian_epsilon_rdp(z, J, 1e-5, "classic") >= closed * (1 - 1e-12)    # a grid can only be worse
+
+
+@pytest.mark.parametrize("z,J,delta", [(0.8, 1, 1e-5), (1.1, 20, 1e-6), (6.2, 300, 1e-5), (31.1, 300, 1e-5), (30.0, 10_000, 1e-3)])
+def test_improved_conversion_matches_dp_accounting_rdp_and_pld_is_tighter(z, J, delta):
+    ours = P.gaussian_epsilon_rdp(z, J, delta)
+    assert math.isclose(ours, P.dp_accounting_rdp_epsilon(z, J, delta), rel_tol=1e-9, abs_tol=1e-12)
+    assert ours <= P.gaussian_epsilon_rdp(z, J, delta, "classic")
+    pld = P.dp_accounting_pld_epsilon(z, J, delta)
+    exact = P.gaussian_epsilon_exact(z, J, delta)
+    assert pld <= ours + 1e-9
+    assert abs(pld - exact) <= 2e-3 * max(1.0, exact)
+
+
+def test_laplace_rdp_matches_dp_accounting():
+    eps = 0.7
+    acc = dp_accounting.rdp.RdpAccountant()
+    acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.LaplaceDpEvent(1 / eps), 20))
+    ours = P.rdp_to_dp(P.laplace_rdp(eps, 20), 1e-6)[0]
+    assert math.isclose(ours, acc.get_epsilon(1e-6), rel_tol=1e-9)
+    assert ours < 20 * eps
+
+
+def test_pure_dp_rdp_bound_is_valid_for_laplace():
+    "min(eps, alpha eps^2/2) must upper-bound the exact Laplace RDP (which is eps-DP)."
+    for eps in (0.1, 1.0, 3.0):
+        assert np.all(P.laplace_rdp(eps) <= P.pure_dp_rdp(eps) + 1e-12)
+
+
+# ---------------------------------------------------------------- accountant
+def test_accountant_matches_dp_accounting_and_builds_a_report():
+    z = P.classic_noise_multiplier(0.5, 0.01)
+    acc = P.PrivacyAccountant(unit="rating", neighbouring="replace", released=("U",))
+    for _ in range(100): acc.gaussian(z)
+    rep = acc.report(delta=1e-5)
+    assert isinstance(rep, PrivacyReport) and rep.private and rep.released == ("U",) and rep.unit == "rating"
+    assert math.isclose(rep.epsilon, P.dp_accounting_rdp_epsilon(z, 100, 1e-5), rel_tol=1e-9)
+    pld = acc.report(delta=1e-5, method="pld")
+    assert pld.epsilon < rep.epsilon and abs(pld.epsilon - P.gaussian_epsilon_exact(z, 100, 1e-5)) < 2e-3
+    assert "neighbouring=replace" in rep.notes
+
+
+def test_accountant_pure_and_mixed_composition():
+    a = P.PrivacyAccountant(released=("V",)).pure(0.1, count=3).laplace(0.2)
+    eps, delta, how = a.epsilon()
+    assert math.isclose(eps, 0.5) and delta == 0.0 and "pure" in how
+    b = P.PrivacyAccountant(released=("U",)).gaussian(2.0, count=10)
+    ab = a + b
+    assert ab.released == ("V", "U") and len(ab.events) == 3
+    e_rdp = ab.epsilon(1e-5, "rdp")[0]
+    expected = P.rdp_to_dp(P.pure_dp_rdp(0.1, 3) + P.laplace_rdp(0.2) + P.gaussian_rdp(2.0, 10), 1e-5)[0]
+    assert math.isclose(e_rdp, expected, rel_tol=1e-12)
+    assert ab.epsilon(1e-5, "pld")[0] <= e_rdp + 1e-9
+    with pytest.raises(ValueError, match="method='pure'"): ab.epsilon(1e-5, "pure")
+    with pytest.raises(ValueError, match="cannot compose"): a + P.PrivacyAccountant(unit="user")
+    assert P.PrivacyAccountant().report().epsilon == 0.0
+
+
+# ---------------------------------------------------------------- one posterior sample
+def _posterior(log_prior, loglik_rows):
+    lp = log_prior + loglik_rows.sum(axis=0)
+    return lp - np.logaddexp.reduce(lp)
+
+
+def test_ops_bounds_hold_on_random_discrete_models():
+    rng = np.random.default_rng(7)
+    B = 0.3
+    for _ in range(200):
+        m, n = 40, 5
+        log_prior = np.log(rng.dirichlet(np.full(m, 0.3)) + 1e-300)
+        L = rng.uniform(-B, B, (n, m))
+        x_new = rng.uniform(-B, B, m)
+        base = _posterior(log_prior, L)
+        replaced = _posterior(log_prior, np.vstack([L[:-1], x_new]))
+        added = _posterior(log_prior, np.vstack([L, x_new]))
+        assert np.abs(base - replaced).max() <= P.ops_epsilon(B, "replace") + 1e-12
+        assert np.abs(base - added).max() <= P.ops_epsilon(B, "add_remove") + 1e-12
+
+
+def test_ops_bounds_are_tight():
+    "Two parameter values, prior mass p -> 0 on the one the record favours: the log ratio -> 4B (2B)."
+    B, p = 0.5, 1e-12
+    log_prior = np.log([p, 1 - p])
+    x, x2 = np.array([[B, -B]]), np.array([[-B, B]])
+    r = _posterior(log_prior, x)[0] - _posterior(log_prior, x2)[0]
+    a = _posterior(log_prior, x)[0] - _posterior(log_prior, np.zeros((0, 2)))[0]
+    b = _posterior(log_prior, np.zeros((0, 2)))[0] - _posterior(log_prior, x2)[0]
+    assert 4 * B - 1e-6 < r <= 4 * B and 2 * B - 1e-6 < max(a, b) <= 2 * B
+
+
+def test_ops_temperature_and_user_weights():
+    assert P.ops_epsilon(0.25) == 1.0 and P.ops_epsilon(0.25, "add_remove") == 0.5
+    g = P.ops_likelihood_scale(1.0, B=2.0)
+    assert math.isclose(g, 1 / 8) and math.isclose(P.ops_epsilon(g * 2.0), 1.0)
+    assert math.isclose(P.ops_likelihood_scale(1.0, 2.0, "add_remove"), 0.25)
+    np.testing.assert_allclose(P.personalized_user_epsilon([0, 0.5, 1], 2.0), [0, 1, 2])
+
+
+# ---------------------------------------------------------------- personalized privacy
+def _ratings(n=100_000):
+    i = np.arange(n, dtype=np.int32)
+    return Ratings(i // 100, i % 100, np.ones(n, np.float32), n // 100, 100, 1.0, 5.0, "t")
+
+
+def test_pdp_generator_matches_paper_001():
+    r = _ratings()
+    s = P.pdp_privacy_spec(r, seed=3)
+    e = s.epsilon
+    assert len(s) == len(r) and s.to_sparse().shape == (r.n_users, r.n_items)
+    cons, mod, lib = e < 0.2, (e >= 0.2) & (e < 1.0), e == 1.0
+    assert cons.sum() == 54_000 and mod.sum() == 37_000 and lib.sum() == 9_000
+    assert e[cons].min() >= 0.1 and ks_p((e[cons] - 0.1) / 0.1, stats.uniform.cdf) > ACCEPT
+    assert ks_p((e[mod] - 0.2) / 0.8, stats.uniform.cdf) > ACCEPT
+    assert abs(s.threshold("mean") - 0.393) < 0.003 and s.threshold("max") == 1.0
+    s4 = P.pdp_privacy_spec(r, f_c=0.60, f_m=0.35, eps_m=0.4, seed=3)   # paper's Table 4: "0.445"
+    assert abs(s4.threshold("mean") - 0.445) < 0.003
+    # groups are randomly placed: group membership independent of position
+    assert independence_p(np.arange(len(r)).astype(float), e) > ACCEPT
+    assert np.array_equal(s.take(np.arange(10)).epsilon, e[:10])
+
+
+def test_sampling_probability_formula():
+    eps = np.array([0.1, 0.3, 0.5, 0.9])
+    np.testing.assert_allclose(P.sampling_probability(eps, 0.5), [np.expm1(0.1) / np.expm1(0.5), np.expm1(0.3) / np.expm1(0.5), 1, 1])
+
+
+def test_pdp_sample_keeps_each_rating_with_probability_pi():
+    r = _ratings()
+    s = P.pdp_privacy_spec(r, seed=4)
+    t = s.threshold("mean")
+    keep = P.pdp_sample(s, t, seed=5)
+    pi = P.sampling_probability(s.epsilon, t)
+    bins = np.digitize(pi, np.quantile(pi[pi < 1], [0.25, 0.5, 0.75]))
+    bins[pi == 1] = 4
+    obs = np.array([[keep[bins == b].sum(), (~keep[bins == b]).sum()] for b in range(5)])
+    exp_k = np.array([pi[bins == b].sum() for b in range(5)])
+    exp = np.stack([exp_k, (bins[:, None] == np.arange(5)).sum(0) - exp_k], axis=1)
+    m = exp[:, 1] > 0
+    assert stats.chisquare(obs[m].ravel(), exp[m].ravel()).pvalue > ACCEPT
+    assert keep[pi == 1].all()
+    wrong = np.random.default_rng(5).random(len(s)) < np.minimum(1, 0.5 * pi + 0.25)   # a wrong sampler
+    obs_w = np.array([[wrong[bins == b].sum(), (~wrong[bins == b]).sum()] for b in range(5)])
+    assert stats.chisquare(obs_w[m].ravel(), exp[m].ravel()).pvalue < REJECT
+
+
+@pytest.mark.parametrize("t", [0.3, 0.6, 1.0])
+def test_sample_then_t_dp_gives_eps_pq_exactly(t):
+    "Exact output densities of (sample, then a t-DP Laplace count) on D and D minus one rating."
+    others = np.array([0.2, 0.5, 0.8, 1.0, 0.35])
+    pk = np.array([1.0])                       # distribution of the kept count among the other ratings
+    for q in P.sampling_probability(others, t): pk = np.convolve(pk, [1 - q, q])
+    o = np.linspace(-40, 60, 20001)
+    lap = lambda c: 0.5 * t * np.exp(-t * np.abs(o[:, None] - c))          # Laplace(1/t) count: t-DP (add/remove)
+    f_without = lap(np.arange(len(pk))) @ pk
+    for eps_pq in (0.1, 0.3, 0.6, 1.0):
+        pi = float(P.sampling_probability(eps_pq, t))
+        f_with = pi * (lap(np.arange(len(pk)) + 1) @ pk) + (1 - pi) * f_without
+        loss = np.log(f_with / f_without)
+        bound = min(eps_pq, t)
+        assert np.abs(loss).max() <= bound + 1e-9
+        assert loss.max() >= bound - 1e-6            # attained in the tail: the guarantee is exactly min(eps_pq, t)
+
+
+def test_pdp_report():
+    r = _ratings(1000)
+    s = P.pdp_privacy_spec(r, seed=1)
+    rep = P.pdp_report(s, s.threshold())
+    assert rep.epsilon == s.epsilon.max() and rep.unit == "rating" and rep.released == ("V",)
+
+
+# ---------------------------------------------------------------- bad input
+BAD = [
+    (lambda: P.gaussian_noise(10, -1.0), "sigma=-1.0"),
+    (lambda: P.laplace_noise(10, 0), "scale=0"),
+    (lambda: P.gaussian_noise(10, 1.0, seed=-3), "seed=-3"),
+    (lambda: P.laplace_noise(10, 1.0, seed="abc"), "seed='abc'"),
+    (lambda: P.gaussian_sigma_analytic(0, 1e-5), "epsilon=0"),
+    (lambda: P.gaussian_sigma_analytic(-1, 1e-5), "epsilon=-1"),
+    (lambda: P.gaussian_sigma_analytic(1, 0), "delta=0"),
+    (lambda: P.gaussian_sigma_analytic(1, 1), "delta=1"),
+    (lambda: P.gaussian_sigma_analytic(1, 1e-5, sensitivity=0), "sensitivity=0"),
+    (lambda: P.gaussian_sigma_classic(0.5, 2.0), "delta=2.0"),
+    (lambda: P.gaussian_mechanism(np.zeros(3), 1.0, 0.5, 1e-5, calibration="magic"), "calibration='magic'"),
+    (lambda: P.laplace_mechanism(np.zeros(3), -2.0, 1.0), "l1_sensitivity=-2.0"),
+    (lambda: P.l2_laplace_noise(10, 0, 1.0), "d=0"),
+    (lambda: P.l2_laplace_noise(10, 3, -1.0), "scale=-1.0"),
+    (lambda: P.hua_noise_shares(0, 3, 1.0, 1.0), "k=0"),
+    (lambda: P.hua_noise_shares(3, 3, 1.0, -1.0), "Delta=-1.0"),
+    (lambda: P.gaussian_rdp(0.0), "noise_multiplier=0.0"),
+    (lambda: P.gaussian_rdp(1.0, orders=[0.5, 2]), "orders"),
+    (lambda: P.rdp_to_dp(np.zeros(3), 1e-5, orders=[2, 3]), "shape"),
+    (lambda: P.rdp_to_dp(np.zeros(2), 1e-5, orders=[2, 3], conversion="best"), "conversion='best'"),
+    (lambda: P.mugdho_imtiaz_epsilon(0, 0.5, 0.01, 1e-5), "J=0"),
+    (lambda: P.mugdho_imtiaz_epsilon(10, 0.5, 0.01, 1.5), "delta_r=1.5"),
+    (lambda: P.ops_epsilon(-1.0), "B=-1.0"),
+    (lambda: P.ops_epsilon(1.0, "swap"), "neighbouring='swap'"),
+    (lambda: P.personalized_user_epsilon([1, -0.5], 1.0), "weights[1]=-0.5"),
+    (lambda: P.sampling_probability([0.1, -0.2], 0.5), "-0.2"),
+    (lambda: P.sampling_probability([0.1], 0), "t=0"),
+    (lambda: P.check_probabilities([0.2, 1.5], "pi"), "pi[1]=1.5"),
+    (lambda: P.check_probabilities([-0.1], "pi"), "pi[0]=-0.1"),
+    (lambda: P.PrivacySpec.for_ratings(_ratings(100), np.ones(99)), "shape (99,) but ratings has 100"),
+    (lambda: P.PrivacySpec.for_ratings(_ratings(100), np.zeros(100)), "epsilon[0]=0.0"),
+    (lambda: P.pdp_privacy_spec(_ratings(100), f_c=1.2), "f_c=1.2"),
+    (lambda: P.pdp_privacy_spec(_ratings(100), f_c=0.7, f_m=0.5), "f_c + f_m"),
+    (lambda: P.pdp_privacy_spec(_ratings(100), eps_m=0.05), "eps_c < eps_m < eps_l"),
+    (lambda: P.pdp_sample(P.pdp_privacy_spec(_ratings(100)), 1.5), "t=1.5 must lie in"),
+    (lambda: P.pdp_sample(P.pdp_privacy_spec(_ratings(1000)), 0.05), "t=0.05 must lie in"),
+    (lambda: P.PrivacyAccountant(neighbouring="swap"), "neighbouring='swap'"),
+    (lambda: P.PrivacyAccountant().gaussian(-1.0), "noise_multiplier=-1.0"),
+    (lambda: P.PrivacyAccountant().gaussian(1.0).report(delta=0), "delta=0"),
+    (lambda: P.PrivacyAccountant().report(method="magic"), "method='magic'"),
+    (lambda: P.hua_conditional_mu(np.array([1.0, 0.0]), 1.0, 1.0), "H must be"),
+]
+
+
+@pytest.mark.parametrize("call,message", BAD, ids=[m for _, m in BAD])
+def test_bad_input_gives_a_clear_value_error(call, message):
+    with pytest.raises(ValueError, match=None) as info:
+        call()
+    assert message in str(info.value), f"{message!r} not in {str(info.value)!r}"
