@@ -1,0 +1,277 @@
+"""Hua, Xia & Zhong (IJCAI 2015): Scenario 1 (dpmf_lit.hua) and the Scenario 2/3 protocol (dpmf_lit.hua_protocol).
+
+Cross-module, statistical, bad-input and end-to-end checks; the derivations are in nbs/03_hua_dpmf and nbs/04_hua_protocol."""
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dpmf_lit.data import Ratings, random_split, synthetic
+from dpmf_lit.mf import PMF, get_mechanism
+from dpmf_lit.hua import (HuaDPMF, clip_rows, gd_item_factors, item_degrees, item_normal_equations, privacy_loss,
+                          rating_sensitivity, sample_item_noise, solve_item_factors)
+from dpmf_lit.hua_protocol import (FixedPoint, HuaProtocol, ProbingRecommender, assert_recommender_blind,
+                                   communication_per_iteration, difference_attack, recommender_view_epsilon,
+                                   run_protocol, share_scale, traffic_per_iteration, uniformity_pvalues)
+
+
+@pytest.fixture(scope="module")
+def small():
+    r = synthetic(300, 80, 6000, rank=5, seed=4)
+    U = clip_rows(np.random.default_rng(1).standard_normal((r.n_users, 5)) * 0.6)
+    return r, U
+
+
+@pytest.fixture(scope="module")
+def split():
+    return random_split(synthetic(400, 150, 12000, rank=5, seed=0), 0.2, seed=0)
+
+
+# ---------------------------------------------------------------- Scenario 1
+
+def test_closed_form_is_the_minimizer_and_gd_converges_to_it(small):
+    r, U = small
+    A, b = item_normal_equations(r, U, 2.0)
+    j = 7
+    Uj = U[r.user[r.item == j]]
+    np.testing.assert_allclose(A[j], Uj.T @ Uj + 2.0 * np.eye(5), atol=1e-10)
+    np.testing.assert_allclose(b[j], Uj.T @ r.rating[r.item == j], atol=1e-8)
+    eta = sample_item_noise(r.n_items, 5, 1.0, rating_sensitivity(r), seed=0)
+    V = solve_item_factors(A, b, eta)
+    np.testing.assert_allclose(np.einsum("jab,jb->ja", A, V) - b + eta, 0, atol=1e-8)   # zero gradient
+    gaps = [np.abs(gd_item_factors(r, U, eta, 2.0, iters=T) - V).max() for T in (20, 200, 4000)]
+    assert gaps[0] > gaps[1] > gaps[2] and gaps[2] < 1e-6
+
+
+def test_noiseless_closed_form_equals_the_mf_modules_als_item_update(small):
+    from dpmf_lit.mf import als_sweep, to_csr
+    r, U = small
+    V = solve_item_factors(*item_normal_equations(r, U, 3.0), np.zeros((r.n_items, 5)))
+    Q = np.zeros((r.n_items, 5), np.float32); P = U.astype(np.float32); z = np.zeros(1, np.float32)
+    als_sweep(*to_csr(r.item, r.user, r.rating, r.n_items), Q, P, np.zeros(r.n_items, np.float32), z, 0.0, 3.0, 0.0, False, False)
+    np.testing.assert_allclose(Q, V, rtol=1e-4, atol=1e-4)
+
+
+def test_sensitivity_is_the_rating_range_under_replace_only(small):
+    r, _ = small
+    assert rating_sensitivity(r) == r.rating_max - r.rating_min == 4.0
+    with pytest.raises(ValueError, match="no finite sensitivity"): rating_sensitivity(r, "add_remove")
+    with pytest.raises(ValueError, match="neighbouring='bounded'"): rating_sensitivity(r, "bounded")
+
+
+def _item_system(U, users, ratings, reg):
+    Uq = U[users]
+    return Uq.T @ Uq + reg * np.eye(U.shape[1]), Uq.T @ ratings
+
+
+def test_exact_privacy_loss_is_at_most_epsilon_under_replace_and_nearly_attained():
+    rng = np.random.default_rng(0)
+    d, eps, Delta, reg = 4, 0.7, 4.0, 1.0
+    U = rng.standard_normal((30, d)); U /= np.linalg.norm(U, axis=1, keepdims=True)   # worst case ||u|| = 1
+    users = np.arange(12); rating = rng.integers(1, 6, 12).astype(float); rating[0] = 1.0
+    A, b = _item_system(U, users, rating, reg)
+    r2 = rating.copy(); r2[0] = 5.0                                                    # largest replacement
+    A2, b2 = _item_system(U, users, r2, reg)
+    np.testing.assert_array_equal(A, A2)
+    v = np.linalg.solve(A, (b[None] - sample_item_noise(50000, d, eps, Delta, seed=1)).T).T
+    loss = privacy_loss(v, A, b, A2, b2, eps, Delta)
+    assert np.abs(loss).max() <= eps + 1e-9
+    assert np.abs(loss).max() > 0.95 * eps
+
+
+def test_privacy_loss_is_unbounded_under_add_remove():
+    rng = np.random.default_rng(0)
+    d, eps, Delta, reg = 4, 1.0, 4.0, 1.0
+    U = rng.standard_normal((30, d)); U /= np.linalg.norm(U, axis=1, keepdims=True)
+    users = np.arange(12); rating = rng.integers(1, 6, 12).astype(float)
+    A, b = _item_system(U, users, rating, reg)
+    A2, b2 = _item_system(U, np.r_[users, 20], np.r_[rating, 5.0], reg)              # one rating added
+    loss = privacy_loss(np.outer([1.0, 10.0, 100.0, 1000.0], U[20]), A, b, A2, b2, eps, Delta)
+    assert np.abs(loss[-1]) > 100 * eps and np.abs(loss[-1]) > 5 * np.abs(loss[-2])
+    # the Jacobian does not cancel: log det ratio = log(1 + u^T A^-1 u) > 0
+    assert np.linalg.slogdet(A2)[1] - np.linalg.slogdet(A)[1] == pytest.approx(math.log1p(U[20] @ np.linalg.solve(A, U[20])))
+
+
+def test_l2_laplace_noise_has_the_scale_the_proof_needs():
+    d, eps, Delta = 6, 0.5, 4.0
+    radius = np.linalg.norm(sample_item_noise(20000, d, eps, Delta, seed=3), axis=1)
+    assert stats.kstest(radius, "gamma", args=(d, 0, Delta / eps)).pvalue > 1e-3
+    assert stats.kstest(radius, "gamma", args=(d, 0, Delta / (2 * eps))).pvalue < 1e-6      # half the noise: rejected
+    coords = sample_item_noise(20000, d, eps, Delta, noise="hua-decomposition", seed=3).ravel()
+    assert stats.kstest(coords, "laplace", args=(0, Delta * math.sqrt(d) / eps)).pvalue > 1e-3
+
+
+def test_hua_mechanism_end_to_end(split):
+    tr, te = split
+    m = HuaDPMF(epsilon=1.0, d=5, seed=0)
+    fit = m.fit(tr)
+    assert fit.privacy.released == ("V",) and fit.privacy.unit == "rating" and fit.privacy.epsilon == 1.0
+    assert "replace" in fit.privacy.notes and "given U" in fit.privacy.notes
+    assert np.linalg.norm(fit.U, axis=1).max() <= 1 + 1e-6
+    np.testing.assert_array_equal(fit.V, HuaDPMF(epsilon=1.0, d=5, seed=0).fit(tr).V)      # deterministic
+    assert not np.array_equal(fit.V, HuaDPMF(epsilon=1.0, d=5, seed=1).fit(tr).V)
+    pmf = PMF(d=5, epochs=20, solver="als", reg=0.1, bias=False, seed=0).fit(tr)
+    mae = lambda model: float(np.abs(te.rating - model.predict(te.user, te.item)).mean())
+    errs = [mae(HuaDPMF(epsilon=e, d=5, seed=0).fit(tr, U=pmf.U)) for e in (0.05, 1.0, 1e9)]
+    assert errs[0] > errs[1] > errs[2]
+    assert HuaDPMF(epsilon=1.0, noise_multiplier=2.0).report(tr).epsilon == 0.5
+    assert get_mechanism("hua") is HuaDPMF
+
+
+def test_hua_gd_solver_agrees_with_closed_form(split):
+    tr, _ = split
+    U = PMF(d=4, epochs=10, solver="als", reg=0.1, bias=False, seed=0).fit(tr).U
+    h = HuaDPMF(epsilon=1.0, d=4, seed=2)
+    eta = h.noise_for(tr)
+    closed = h.fit(tr, U=U, eta=eta).V
+    gd = HuaDPMF(epsilon=1.0, d=4, seed=2, solver="gd", gd_iters=4000).fit(tr, U=U, eta=eta).V
+    assert np.abs(closed - gd).max() < 1e-3
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(epsilon=0), "epsilon=0"), (dict(epsilon=-1.0), "epsilon=-1.0"), (dict(epsilon=float("inf")), "epsilon=inf"),
+    (dict(d=0), "d=0"), (dict(reg=0), "reg=0"), (dict(solver="sgd"), "solver='sgd'"), (dict(noise="gaussian"), "noise='gaussian'"),
+    (dict(noise_multiplier=0), "noise_multiplier=0"), (dict(max_norm=-1), "max_norm=-1"), (dict(gd_iters=-5), "gd_iters=-5")])
+def test_hua_bad_parameters(kwargs, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("[", r"\[")): HuaDPMF(**kwargs)
+
+
+def test_hua_bad_inputs(split):
+    tr, _ = split
+    with pytest.raises(ValueError, match="U must have shape"): HuaDPMF(d=5).fit(tr, U=np.zeros((3, 5)))
+    with pytest.raises(ValueError, match="eta must have shape"): HuaDPMF(d=5).fit(tr, U=np.zeros((tr.n_users, 5)), eta=np.zeros(3))
+    with pytest.raises(ValueError, match="singular"):
+        solve_item_factors(np.zeros((2, 3, 3)), np.zeros((2, 3)), np.zeros((2, 3)))
+
+
+# ---------------------------------------------------------------- Scenarios 2 and 3
+
+def test_fixed_point_sums_decode_exactly_and_small_modulus_is_refused():
+    c = FixedPoint(scale=2.0 ** 20, modulus=2 ** 62, bound=1e4)
+    x = np.random.default_rng(0).uniform(-100, 100, size=(5000, 2))
+    total = c.segment_sum(np.zeros(len(x)), c.add(c.encode(x), c.uniform(np.random.default_rng(1), x.shape)), 1)
+    masks = c.segment_sum(np.zeros(len(x)), c.uniform(np.random.default_rng(1), x.shape), 1)
+    exact = np.array([sum(int(v) for v in np.rint(x[:, a] * 2.0 ** 20)) for a in range(2)]) / 2.0 ** 20
+    np.testing.assert_array_equal(c.decode(c.sub(total, masks))[0], exact)
+    with pytest.raises(ValueError, match="modulus=65536 is too small"): FixedPoint(scale=2.0 ** 10, modulus=2 ** 16, bound=100.0)
+    with pytest.raises(ValueError, match="exceeds the codec's bound"): c.encode([2e4])
+    with pytest.raises(ValueError, match="modulus="): FixedPoint(modulus=1)
+
+
+@pytest.mark.parametrize("scenario", [2, 3])
+def test_protocol_v_equals_scenario1_v_with_the_same_noise(small, scenario):
+    r, U = small
+    run = run_protocol(r, U, 1.0, reg=5.0, iters=40, scenario=scenario, seed=0)
+    V1 = gd_item_factors(r, U, run.users.noise_total(r.n_items), 5.0, iters=40)
+    assert np.abs(run.V - V1).max() < 1e-5
+    assert_recommender_blind(run)
+
+
+def test_scenario3_noise_is_exactly_eta_in_every_iteration_with_users_coming_and_going(small):
+    r, U = small
+    models = {}
+    def tap(batch):
+        if batch.kind == "model": models[batch.t] = (batch.rows, batch.payload["v"])
+    run = run_protocol(r, U, 1.0, reg=5.0, iters=8, scenario=3, p_online=0.6, group_size=3, seed=2, taps=[tap])
+    eta = run.users.noise_total(r.n_items)
+    assert eta.any()
+    checked = 0
+    for t, items, V, g in run.recommender.view:
+        rows, v = models[t]
+        Ur = U[r.user[rows]]
+        grad = (np.einsum("nd,nd->n", Ur, v) - r.rating[rows])[:, None] * Ur
+        gsum = np.zeros((r.n_items, U.shape[1])); np.add.at(gsum, r.item[rows], grad)
+        assert np.abs(g - gsum[items] - eta[items]).max() < 1e-4     # the online group changes; the noise does not
+        checked += len(items)
+    assert checked > 0 and run.skipped >= 0
+
+
+def test_users_messages_are_uniform_mod_p_as_the_third_party_sees_them(small):
+    r, U = small
+    user = int(np.bincount(r.user).argmax())
+    seen = []
+    def tap(batch):
+        if batch.receiver == "third_party" and batch.kind == "masked_gradient":
+            seen.append(batch.payload["phi"][r.user[batch.rows] == user].ravel())
+    run = run_protocol(r, U, 1.0, reg=5.0, iters=120, scenario=2, seed=7, taps=[tap])
+    seen = np.concatenate(seen)
+    assert seen.size > 10000
+    assert min(uniformity_pvalues(seen, run.users._codec.modulus)) > 1e-3
+    c = FixedPoint()
+    plain = c.encode(np.random.default_rng(0).standard_normal(seen.size))             # control: no mask
+    assert max(uniformity_pvalues(plain, c.modulus)) < 1e-6
+
+
+def test_recommender_never_receives_a_users_payload(small):
+    r, U = small
+    run = run_protocol(r, U, 1.0, iters=3, scenario=2, seed=0)
+    kinds = {(k, s) for k, s, *_ in run.recommender.received}
+    assert kinds == {("request", "users"), ("aggregate", "third_party")}
+    run.recommender.received.append(("masked_gradient", "users", 0, 1, {}))            # a leak must be caught
+    with pytest.raises(AssertionError): assert_recommender_blind(run)
+
+
+def test_aggregate_noise_is_per_coordinate_laplace_not_l2_laplace():
+    big = synthetic(2000, 400, 40000, rank=5, seed=9)
+    U = clip_rows(np.random.default_rng(2).standard_normal((big.n_users, 5)))
+    eta = run_protocol(big, U, 1.0, iters=0, scenario=2, seed=3).users.noise_total(big.n_items)
+    b = share_scale(1.0, rating_sensitivity(big), 5)
+    assert stats.kstest(eta.ravel(), "laplace", args=(0, b)).pvalue > 1e-3
+    assert stats.kstest(eta.ravel(), "laplace", args=(0, b / 2)).pvalue < 1e-6
+    assert stats.kstest(np.linalg.norm(eta, axis=1), "gamma", args=(5, 0, rating_sensitivity(big))).pvalue < 1e-3
+
+
+def test_recommender_knowing_h_gets_a_weaker_than_pure_guarantee():
+    H = np.random.default_rng(0).standard_exponential((500, 10))
+    eps = np.array([recommender_view_epsilon(h, 1.0, 4.0) for h in H])
+    assert np.median(eps) > 1.0
+    assert recommender_view_epsilon(np.full(10, 1e-4), 1.0, 4.0) > 20 * recommender_view_epsilon(np.full(10, 1.0), 1.0, 4.0)
+
+
+def test_malicious_recommender_recovers_the_raters_gram_matrix(small):
+    r, U = small
+    run = run_protocol(r, U, 1.0, reg=5.0, iters=10, scenario=2, seed=0, recommender_cls=ProbingRecommender)
+    for j in (0, 5, 17):
+        G = U[r.user[r.item == j]].T @ U[r.user[r.item == j]]
+        assert np.abs(difference_attack(run.recommender.view, j, 6) - G).max() < 1e-4 * np.abs(G).max()
+
+
+@pytest.mark.parametrize("scenario", [2, 3])
+def test_communication_counts_match_the_formula(small, scenario):
+    r, U = small
+    run = run_protocol(r, U, 1.0, iters=2, scenario=scenario, seed=0, keep_view=False)
+    assert traffic_per_iteration(run, 1) == communication_per_iteration(len(r), r.n_items, 5, scenario)
+    per = communication_per_iteration(len(r), r.n_items, 5, scenario)
+    assert per["total"]["messages"] == 3 * len(r) + r.n_items
+
+
+def test_protocol_bad_inputs(small):
+    r, U = small
+    one = Ratings(np.array([0, 1, 0], np.int32), np.array([0, 0, 1], np.int32), np.array([3, 4, 5], np.float32), 2, 2, 1.0, 5.0)
+    with pytest.raises(ValueError, match="fewer than k=2 raters"): run_protocol(one, np.zeros((2, 3)), 1.0)
+    with pytest.raises(ValueError, match="epsilon=0"): run_protocol(r, U, 0)
+    with pytest.raises(ValueError, match="epsilon=-1"): run_protocol(r, U, -1)
+    with pytest.raises(ValueError, match="k=1"): run_protocol(r, U, 1.0, scenario=3, group_size=1)
+    with pytest.raises(ValueError, match="too small"): run_protocol(r, U, 1.0, codec=FixedPoint(modulus=2 ** 40))
+    with pytest.raises(ValueError, match="scenario=5"): run_protocol(r, U, 1.0, scenario=5)
+    with pytest.raises(ValueError, match="U must have shape"): run_protocol(r, U[:10], 1.0)
+    with pytest.raises(ValueError, match="k=1"): HuaProtocol(k=1)
+    with pytest.raises(ValueError, match="epsilon=0"): HuaProtocol(epsilon=0)
+    with pytest.raises(ValueError, match="too small"): HuaProtocol(modulus_bits=30)
+    with pytest.raises(ValueError, match="fewer than k=2 raters"): HuaProtocol(d=3).fit(one)
+
+
+def test_hua_protocol_mechanism_and_cli_report(split):
+    tr, te = split
+    fit = HuaProtocol(epsilon=1.0, d=4, iters=30, sparse_items="drop").fit(tr)
+    assert fit.privacy.released == ("V",) and fit.privacy.epsilon == 1.0 and "knows H" in fit.privacy.notes
+    assert get_mechanism("hua-protocol") is HuaProtocol
+    few = tr.take(np.flatnonzero(tr.item != 3))                                   # item 3: no rater; item 4: one rater
+    few = few.take(np.r_[np.flatnonzero(few.item != 4), np.flatnonzero(few.item == 4)[:1]])
+    with pytest.raises(ValueError, match="fewer than k=2 raters"): HuaProtocol(d=4, iters=2).fit(few)
+    dropped = HuaProtocol(d=4, iters=5, sparse_items="drop").fit(few)
+    assert not dropped.V[[3, 4]].any() and dropped.V.shape == (tr.n_items, 4) and dropped.V[0].any()
+    from dpmf_lit.cli import fit_report
+    rep = fit_report("hua", "synthetic:n_users=200,n_items=100,n_ratings=5000", {"epsilon": 1.0, "d": 4})
+    assert rep["privacy"]["epsilon"] == 1.0 and rep["privacy"]["released"] == ["V"] and rep["rmse"] > 0
