@@ -38,6 +38,11 @@ def test_gaussian_noise_matches_normal_and_rejects_half_scale(sigma):
     assert x.dtype == np.float32 and x.shape == (N,)
     assert ks_p(x, stats.norm(scale=sigma).cdf) > ACCEPT
     assert ks_p(P.gaussian_noise(N, sigma / 2, seed=11), stats.norm(scale=sigma).cdf) < REJECT
+    # finer: the variance is right to 5 standard errors (sd of var/sigma^2 is sqrt(2/N) ~ 0.45%), so a scale
+    # error of ~1.2% or more fails here, where KS at this N only sees errors of ~3%
+    assert abs(np.mean(x.astype(np.float64) ** 2) / sigma ** 2 - 1) < 5 * math.sqrt(2 / N)
+    x_off = P.gaussian_noise(N, sigma * 1.02, seed=11)
+    assert abs(np.mean(x_off.astype(np.float64) ** 2) / sigma ** 2 - 1) > 5 * math.sqrt(2 / N)
 
 
 @pytest.mark.parametrize("scale", [0.5, 3.0])
@@ -45,6 +50,9 @@ def test_laplace_noise_matches_laplace_and_rejects_half_scale(scale):
     x = P.laplace_noise(N, scale, seed=12, dtype=np.float64)
     assert ks_p(x, stats.laplace(scale=scale).cdf) > ACCEPT
     assert ks_p(P.laplace_noise(N, scale / 2, seed=12), stats.laplace(scale=scale).cdf) < REJECT
+    # E|x| = scale with sd scale/sqrt(N): the scale is right to 5 standard errors (~1.6%)
+    assert abs(np.abs(x).mean() / scale - 1) < 5 / math.sqrt(N)
+    assert abs(np.abs(P.laplace_noise(N, scale * 1.03, seed=12, dtype=np.float64)).mean() / scale - 1) > 5 / math.sqrt(N)
     # the sign is fair and independent of the magnitude
     assert stats.binomtest(int((x > 0).sum()), N).pvalue > ACCEPT
     assert independence_p(np.abs(x), (x > 0).astype(float) + 0.5 * np.random.default_rng(0).random(N), bins=2) > ACCEPT
@@ -57,6 +65,8 @@ def test_samplers_are_deterministic_and_advance_a_generator():
     a, b = P.gaussian_noise(10, 1.0, seed=g), P.gaussian_noise(10, 1.0, seed=g)
     assert not np.array_equal(a, b)
     assert P.gaussian_noise((2, 0), 1.0).shape == (2, 0)
+    # numba's Generator reproduces numpy's own ziggurat: bit-identical to Generator.standard_normal
+    assert np.array_equal(P.gaussian_noise(10_000, 1.0, seed=7, dtype=np.float64), np.random.default_rng(7).standard_normal(10_000))
 
 
 def test_mechanisms_add_noise_of_the_calibrated_scale():
@@ -116,6 +126,10 @@ def test_hua_sum_is_iid_laplace_per_coordinate_and_half_scale_rejected():
     assert ks_p(half[:, 0], stats.laplace(scale=b).cdf) < REJECT
     # one user's share alone is a scale mixture with variance 2 b^2 / k per coordinate (far from the total)
     assert abs(shares[:, 0, 0].var() / (2 * b * b / k) - 1) < 0.05
+    # H is shared: within an item, every share of coordinate l is sqrt(2 H[l]) * (2 Delta sqrt(d)/eps) * C_s[l]
+    one = P.hua_noise_shares(k, d, eps, Delta, seed=31)
+    assert one.shape == (k, d)
+    assert np.array_equal(one, P.hua_noise_shares(k, d, eps, Delta, seed=31))
 
 
 def test_hua_sum_is_not_the_l2_laplace_distribution():
@@ -125,18 +139,44 @@ def test_hua_sum_is_not_the_l2_laplace_distribution():
     assert ks_p(np.linalg.norm(eta, axis=1), stats.gamma(d, scale=2 * Delta / eps).cdf) < REJECT
 
 
-def test_hua_guarantee_for_l2_sensitivity_2Delta_is_epsilon_and_tight():
-    d, eps, Delta = 7, 0.6, 2.0
+def test_hua_sum_privacy_loss_for_l2_sensitivity_2Delta_is_epsilon_and_attained():
+    """Privacy loss log p(eta) - log p(eta - v) of Hua's summed noise (Laplace(b) per coordinate, tested above) for
+    shifts v with |v|_2 = 2 Delta: never above eps, and equal to eps along (1, ..., 1) whenever all eta_l <= 0."""
+    k, d, eps, Delta = 5, 7, 0.6, 2.0
     b, S = 2 * Delta * math.sqrt(d) / eps, 2 * Delta
-    rng = np.random.default_rng(3)
-    v = rng.standard_normal((10_000, d)); v *= S / np.linalg.norm(v, axis=1, keepdims=True)
-    eta = rng.laplace(size=(10_000, d)) * b
-    loss = (np.abs(eta + v).sum(1) - np.abs(eta).sum(1)) / b            # log p(eta) - log p(eta + v)
-    assert loss.max() <= eps + 1e-12
-    ones = np.full(d, S / math.sqrt(d))                                  # worst direction: |v|_1 = sqrt(d)|v|_2
-    assert math.isclose(np.abs(ones).sum() / b, eps, rel_tol=1e-12)
-    H = np.array([1.0, 0.5, 0.01])
-    assert math.isclose(P.hua_conditional_mu(H, eps, Delta), 2 * Delta / (2 * Delta * math.sqrt(3) / eps * math.sqrt(0.02)))
+    eta = P.hua_noise_shares(k, d, eps, Delta, seed=33, n=20_000).sum(axis=1)
+    V = np.random.default_rng(3).standard_normal((40, d)); V *= S / np.linalg.norm(V, axis=1, keepdims=True)
+    worst = np.full(d, S / math.sqrt(d))                                   # |v|_1 = sqrt(d) |v|_2
+    V = np.vstack([V, worst, -worst])
+    loss = (np.abs(eta[:, None, :] - V[None]).sum(-1) - np.abs(eta).sum(-1)[:, None]) / b
+    assert loss.max() <= eps + 1e-9
+    assert np.isclose(loss[:, -2].max(), eps, rtol=1e-9)                  # attained (all eta_l <= 0 happens ~2^-7)
+    assert loss[:, :-2].max() < eps                                          # generic directions: strictly less
+    # the L2-Laplace with beta = 2 Delta / eps: the same bound for the same shifts
+    beta = S / eps
+    eta2 = P.l2_laplace_noise(20_000, d, beta, seed=34)
+    loss2 = (np.linalg.norm(eta2[:, None, :] - V[None], axis=-1) - np.linalg.norm(eta2, axis=1)[:, None]) / beta
+    assert loss2.max() <= eps + 1e-9 and loss2.max() > 0.8 * eps
+
+
+def test_hua_conditional_mu_is_the_worst_mahalanobis_shift():
+    "Given H, the sum is N(0, diag(2 b^2 H)); mu = max over |v|_2 <= 2 Delta of |v|_Sigma^-1, at the smallest H."
+    d, eps, Delta = 6, 0.8, 1.5
+    b, S = 2 * Delta * math.sqrt(d) / eps, 2 * Delta
+    H = np.random.default_rng(4).standard_exponential(d)
+    mu = P.hua_conditional_mu(H, eps, Delta)
+    V = np.random.default_rng(5).standard_normal((10_000, d)); V *= S / np.linalg.norm(V, axis=1, keepdims=True)
+    maha = np.sqrt((V ** 2 / (2 * b * b * H)).sum(axis=1))
+    assert maha.max() <= mu * (1 + 1e-12) and maha.max() > 0.9 * mu
+    e_min = np.zeros(d); e_min[np.argmin(H)] = S
+    assert math.isclose(math.sqrt((e_min ** 2 / (2 * b * b * H)).sum()), mu, rel_tol=1e-12)
+    # given H the noise is Gaussian, not Laplace: within one item the k shares of coordinate l are i.i.d.
+    # N(0, 2 b^2 H_l / k); standardized by their own spread they are N(0, 1) (KS), and their kurtosis is 3, not 6
+    k = 2000
+    z = P.hua_noise_shares(k, d, eps, Delta, seed=6) / (b * math.sqrt(2 / k))   # column l = sqrt(H_l) * N(0, 1)
+    z = z / z.std(axis=0)
+    assert ks_p(z.ravel(), stats.norm.cdf) > ACCEPT
+    assert abs(stats.kurtosis(z.ravel(), fisher=False) - 3) < 0.3
 
 
 # ---------------------------------------------------------------- Gaussian calibration
@@ -158,6 +198,16 @@ def test_analytic_sigma_agrees_with_dp_accounting_pld():
         assert abs(acc.compose(dp_accounting.GaussianDpEvent(s)).get_epsilon(delta) - eps) < 1e-3
 
 
+def test_classic_formula_is_not_private_for_large_epsilon():
+    "Why gaussian_sigma_classic refuses eps >= 1: at eps = 16, delta = 1e-5 the formula's sigma is too small."
+    eps, delta = 16.0, 1e-5
+    sc = math.sqrt(2 * math.log(1.25 / delta)) / eps
+    assert P.gaussian_delta(sc, eps) > 10 * delta
+    acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-3)
+    assert acc.compose(dp_accounting.GaussianDpEvent(sc)).get_epsilon(delta) > eps + 1    # independent: dp_accounting
+    assert P.gaussian_sigma_analytic(eps, delta) > sc
+
+
 def test_classic_sigma_formula_and_refusal():
     assert math.isclose(P.gaussian_sigma_classic(0.5, 1e-5, 2.0), 2.0 * math.sqrt(2 * math.log(1.25e5)) / 0.5)
     with pytest.raises(ValueError, match=r"epsilon=1.*gaussian_sigma_analytic"):
@@ -177,10 +227,20 @@ def test_closed_form_equals_classic_conversion_optimum(J, eps_i):
     assert P.gaussian_epsilon_rdp(z, J, 1e-5, "classic") >= closed * (1 - 1e-12)    # a grid can only be worse
 
 
-@pytest.mark.parametrize("z,J,delta", [(0.8, 1, 1e-5), (1.1, 20, 1e-6), (6.2, 300, 1e-5), (31.1, 300, 1e-5), (30.0, 10_000, 1e-3)])
+def _dp_accounting_rdp(event, delta):
+    "dp_accounting's RdpAccountant called directly (not through dpmf_lit's wrapper)."
+    acc = dp_accounting.rdp.RdpAccountant()
+    acc.compose(event)
+    return acc.get_epsilon(delta)
+
+
+@pytest.mark.parametrize("z,J,delta", [(0.8, 1, 1e-5), (1.1, 20, 1e-6), (6.2, 300, 1e-5), (31.1, 300, 1e-5), (30.0, 10_000, 1e-3),
+                                       (1e5, 1, 1e-5)])   # the last: delta covers the TV distance, epsilon = 0
 def test_improved_conversion_matches_dp_accounting_rdp_and_pld_is_tighter(z, J, delta):
     ours = P.gaussian_epsilon_rdp(z, J, delta)
-    assert math.isclose(ours, P.dp_accounting_rdp_epsilon(z, J, delta), rel_tol=1e-9, abs_tol=1e-12)
+    theirs = _dp_accounting_rdp(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), J), delta)
+    assert math.isclose(ours, theirs, rel_tol=1e-9, abs_tol=1e-12)
+    assert P.dp_accounting_rdp_epsilon(z, J, delta) == theirs             # the exported wrapper is a thin call
     assert ours <= P.gaussian_epsilon_rdp(z, J, delta, "classic")
     pld = P.dp_accounting_pld_epsilon(z, J, delta)
     exact = P.gaussian_epsilon_exact(z, J, delta)
@@ -266,10 +326,36 @@ def test_ops_bounds_are_tight():
 
 def test_ops_temperature_and_user_weights():
     assert P.ops_epsilon(0.25) == 1.0 and P.ops_epsilon(0.25, "add_remove") == 0.5
-    g = P.ops_likelihood_scale(1.0, B=2.0)
-    assert math.isclose(g, 1 / 8) and math.isclose(P.ops_epsilon(g * 2.0), 1.0)
+    assert math.isclose(P.ops_likelihood_scale(1.0, B=2.0), 1 / 8)
     assert math.isclose(P.ops_likelihood_scale(1.0, 2.0, "add_remove"), 0.25)
     np.testing.assert_allclose(P.personalized_user_epsilon([0, 0.5, 1], 2.0), [0, 1, 2])
+
+
+def test_tempered_weighted_posterior_gives_each_user_w_times_epsilon():
+    """Exact posteriors on a discrete parameter space: likelihood powered by gamma = ops_likelihood_scale(eps, B) and
+    by per-user weights w_i; replacing user i's record moves the log posterior by at most w_i * eps, and the
+    two-point worst case reaches it."""
+    B, eps = 0.4, 1.0
+    g = P.ops_likelihood_scale(eps, B)                      # replace-one
+    w = np.array([1.0, 0.5, 0.25, 0.0])
+    per_user = P.personalized_user_epsilon(w, eps)
+    rng = np.random.default_rng(8)
+    worst = np.zeros(len(w))
+    for _ in range(100):
+        m = 30
+        log_prior = np.log(rng.dirichlet(np.full(m, 0.3)) + 1e-300)
+        L = rng.uniform(-B, B, (len(w), m))
+        for i in range(len(w)):
+            L2 = L.copy(); L2[i] = rng.uniform(-B, B, m)
+            r = np.abs(_posterior(log_prior, g * w[:, None] * L) - _posterior(log_prior, g * w[:, None] * L2)).max()
+            assert r <= per_user[i] + 1e-12
+            worst[i] = max(worst[i], r)
+    assert worst[-1] == 0.0                                  # weight 0: the user's data has no influence
+    log_prior = np.log([1e-12, 1 - 1e-12])                   # tight case: record favours the improbable point
+    for i in range(len(w)):
+        L = np.zeros((len(w), 2)); L2 = L.copy(); L[i] = [B, -B]; L2[i] = [-B, B]
+        r = _posterior(log_prior, g * w[:, None] * L)[0] - _posterior(log_prior, g * w[:, None] * L2)[0]
+        assert per_user[i] - 1e-6 <= r <= per_user[i] + 1e-12
 
 
 # ---------------------------------------------------------------- personalized privacy
@@ -340,8 +426,11 @@ def test_sample_then_t_dp_gives_eps_pq_exactly(t):
 def test_pdp_report():
     r = _ratings(1000)
     s = P.pdp_privacy_spec(r, seed=1)
-    rep = P.pdp_report(s, s.threshold())
-    assert rep.epsilon == s.epsilon.max() and rep.unit == "rating" and rep.released == ("V",)
+    t = s.threshold()
+    rep = P.pdp_report(s, t)
+    # the worst rating's guarantee is min(max eps_ij, t) = t (ratings with eps_ij >= t are always kept: t-DP)
+    assert rep.epsilon == t < s.epsilon.max() and rep.delta == 0.0 and rep.unit == "rating" and rep.released == ("V",)
+    assert P.pdp_report(s, s.threshold("max")).epsilon == s.epsilon.max()
 
 
 # ---------------------------------------------------------------- bad input
@@ -362,6 +451,13 @@ BAD = [
     (lambda: P.l2_laplace_noise(10, 3, -1.0), "scale=-1.0"),
     (lambda: P.hua_noise_shares(0, 3, 1.0, 1.0), "k=0"),
     (lambda: P.hua_noise_shares(3, 3, 1.0, -1.0), "Delta=-1.0"),
+    (lambda: P.hua_noise_shares(3, 0, 1.0, 1.0), "d=0"),
+    (lambda: P.hua_noise_shares(3, 3, 0.0, 1.0), "epsilon=0.0"),
+    (lambda: P.gaussian_delta(1.0, -0.5), "epsilon=-0.5"),
+    (lambda: P.gaussian_delta(1.0, "x"), "epsilon='x'"),
+    (lambda: P.gaussian_epsilon(1.0, 0.0), "delta=0.0"),
+    (lambda: P.gaussian_mechanism(np.zeros(3), 1.0, 2.0, 1e-5, calibration="classic"), "epsilon=2.0 >= 1"),
+    (lambda: P.l2_laplace_noise(-1, 3, 1.0), "n=-1"),
     (lambda: P.gaussian_rdp(0.0), "noise_multiplier=0.0"),
     (lambda: P.gaussian_rdp(1.0, orders=[0.5, 2]), "orders"),
     (lambda: P.rdp_to_dp(np.zeros(3), 1e-5, orders=[2, 3]), "shape"),
@@ -378,6 +474,8 @@ BAD = [
     (lambda: P.PrivacySpec.for_ratings(_ratings(100), np.ones(99)), "shape (99,) but ratings has 100"),
     (lambda: P.PrivacySpec.for_ratings(_ratings(100), np.zeros(100)), "epsilon[0]=0.0"),
     (lambda: P.pdp_privacy_spec(_ratings(100), f_c=1.2), "f_c=1.2"),
+    (lambda: P.pdp_privacy_spec(_ratings(100), f_m="a lot"), "f_m='a lot'"),
+    (lambda: P.pdp_report(P.pdp_privacy_spec(_ratings(1000)), 1.5), "t=1.5 must lie in"),
     (lambda: P.pdp_privacy_spec(_ratings(100), f_c=0.7, f_m=0.5), "f_c + f_m"),
     (lambda: P.pdp_privacy_spec(_ratings(100), eps_m=0.05), "eps_c < eps_m < eps_l"),
     (lambda: P.pdp_sample(P.pdp_privacy_spec(_ratings(100)), 1.5), "t=1.5 must lie in"),
