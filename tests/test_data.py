@@ -1,0 +1,600 @@
+"""Tests of dpmf_lit.data: data model, loaders on fixture files in each published format, fetching,
+subsets, splits, the synthetic generator, and the error message of every bad input."""
+import hashlib
+import io
+import os
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpmf_lit import data as D
+from dpmf_lit.data import (Ratings, fetch_dataset, filter_counts, holdout_per_user, kfold, list_datasets, load_anime,
+                           load_dataset, load_movielens_100k, load_movielens_csv, load_movielens_dat, load_netflix,
+                           load_yahoo_r1, load_yahoo_r3, netflix_subset, public_private_users, random_split,
+                           ratings_sha256, reindex, subsample, synthetic)
+from dpmf_lit.settings import load_settings
+
+ML100K_SHA = "41d46a525a0d7c661ac77be049d73801918d5b5c101a9662bf2f6750ff157c61"
+
+
+def pairs(r):
+    u, i = r.original_ids()
+    return set(zip(u.tolist(), i.tolist()))
+
+
+def random_ratings(n_users=60, n_items=40, density=0.3, seed=0):
+    rng = np.random.default_rng(seed)
+    mask = rng.random((n_users, n_items)) < density
+    u, i = np.nonzero(mask)
+    return Ratings.from_ids(u + 1000, i + 5000, rng.integers(1, 6, len(u)), 1, 5, name="rand")
+
+
+# ---------------------------------------------------------------- data model and bad input
+
+def test_from_ids_codes_and_id_maps():
+    r = Ratings.from_ids([30, 10, 30, 20], [7, 7, 9, 8], [1, 2, 3, 4.5], 1, 5, name="x")
+    assert r.user_ids.tolist() == [10, 20, 30] and r.item_ids.tolist() == [7, 8, 9]
+    assert r.user.tolist() == [2, 0, 2, 1] and r.item.tolist() == [0, 0, 2, 1]
+    assert (r.user.dtype, r.item.dtype, r.rating.dtype) == (np.int32, np.int32, np.float32)
+    assert (r.n_users, r.n_items, len(r)) == (3, 3, 4)
+    u, i = r.original_ids()
+    assert u.tolist() == [30, 10, 30, 20] and i.tolist() == [7, 7, 9, 8]
+    assert r.validate() is r
+
+
+@pytest.mark.parametrize("args, message", [
+    (([1, 2], [1, 1], [3, 6]), "rating=6 at index 1 (user=2, item=1) is outside the declared range [1, 5]; 1 rating(s) out of range"),
+    (([1, 2], [1, 1], [0.5, 3]), "rating=0.5 at index 0 (user=1, item=1) is outside the declared range [1, 5]"),
+    (([1, 2, 3], [1, 1, 1], [3, np.nan, np.nan]), "rating is NaN at index 1 (user=2, item=1); 2 NaN rating(s)"),
+    (([1, 2, 1], [4, 4, 4], [3, 3, 5]), "duplicate (user, item) pair (user=1, item=4) at indices 0 and 2; 1 duplicate rating(s)"),
+    (([], [], []), "empty data (no ratings)"),
+    (([1, 2], [1], [3, 4]), "must be 1-d of equal length"),
+    ((np.array([1.0, np.nan]), [1, 2], [3, 4]), "missing user id at index 1"),
+    (([1, 2], [1, 2], ["a", "b"]), "ratings are not numeric"),
+])
+def test_from_ids_bad_input(args, message):
+    with pytest.raises(ValueError) as e:
+        Ratings.from_ids(*args, rating_min=1, rating_max=5, name="bad")
+    assert message in str(e.value) and "'bad'" in str(e.value)
+
+
+def test_from_ids_bad_range_and_option():
+    with pytest.raises(ValueError, match="rating_min=5, rating_max=1"):
+        Ratings.from_ids([1], [1], [3], 5, 1)
+    with pytest.raises(ValueError, match="rating_min=nan"):
+        Ratings.from_ids([1], [1], [3], float("nan"), 5)
+    with pytest.raises(ValueError, match="on_duplicate='mean' must be one of"):
+        Ratings.from_ids([1], [1], [3], 1, 5, on_duplicate="mean")
+
+
+def test_on_duplicate_keeps_first_or_last():
+    args = ([1, 2, 1, 1], [4, 4, 4, 5], [1, 2, 3, 4])
+    assert Ratings.from_ids(*args, 1, 5, on_duplicate="first").to_frame().values.tolist() == [[1, 4, 1], [2, 4, 2], [1, 5, 4]]
+    assert Ratings.from_ids(*args, 1, 5, on_duplicate="last").to_frame().values.tolist() == [[2, 4, 2], [1, 4, 3], [1, 5, 4]]
+
+
+def test_validate_catches_each_problem():
+    r = Ratings.from_ids([1, 2], [1, 2], [3, 4], 1, 5, name="v")
+    bad = lambda **kw: Ratings(**{**dict(user=r.user, item=r.item, rating=r.rating, n_users=2, n_items=2,
+                                         rating_min=1.0, rating_max=5.0, name="v"), **kw})
+    cases = [
+        (dict(rating=np.array([3, 9], np.float32)), "rating=9 at index 1"),
+        (dict(rating=np.array([3, np.nan], np.float32)), "rating is NaN at index 1"),
+        (dict(item=np.array([1, 1], np.int32), user=np.array([0, 0], np.int32)), "duplicate (user, item) pair (user=0, item=1) at indices 0 and 1"),
+        (dict(user=np.zeros(0, np.int32), item=np.zeros(0, np.int32), rating=np.zeros(0, np.float32)), "empty data"),
+        (dict(user=np.array([0, 2], np.int32)), "user codes span [0, 2], outside [0, n_users=2)"),
+        (dict(user=r.user.astype(np.int64)), "user.dtype=int64 must be int32"),
+        (dict(rating=r.rating[:1]), "differ in length"),
+        (dict(user_ids=np.arange(3)), "len(user_ids)=3 != 2"),
+    ]
+    for kw, msg in cases:
+        with pytest.raises(ValueError) as e:
+            bad(**kw).validate()
+        assert msg in str(e.value), (kw, str(e.value))
+
+
+def test_checksum_definition_and_order_invariance():
+    r = Ratings.from_ids([5, 3, 5], [2, 9, 1], [4, 1, 2.5], 1, 5)
+    h = hashlib.sha256()
+    h.update(np.array([3, 5, 5], "<i8").tobytes()); h.update(np.array([9, 1, 2], "<i8").tobytes())
+    h.update(np.array([1, 2.5, 4], "<f8").tobytes())
+    assert ratings_sha256(r) == h.hexdigest()
+    assert ratings_sha256(r.take(np.array([2, 0, 1]))) == h.hexdigest()
+    assert ratings_sha256(reindex(r.take(np.array([0, 2])))) == ratings_sha256(Ratings.from_ids([5, 5], [2, 1], [4, 2.5], 1, 5))
+
+
+# ---------------------------------------------------------------- loaders, one fixture per format
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text.encode())
+    return path
+
+
+def test_movielens_100k(tmp_path):
+    f = write(tmp_path / "u.data", "196\t242\t3\t881250949\n186\t302\t3\t891717742\n22\t377\t1\t878887116\n196\t302\t5\t881250950\n")
+    r = load_movielens_100k(f)
+    assert (len(r), r.n_users, r.n_items, r.rating_min, r.rating_max) == (4, 3, 3, 1, 5)
+    assert pairs(r) == {(196, 242), (186, 302), (22, 377), (196, 302)} and r.name == "ml-100k"
+
+
+def test_movielens_1m_dat(tmp_path):
+    f = write(tmp_path / "ratings.dat", "1::1193::5::978300760\n1::661::3::978302109\n2::1193::1::978298413\n")
+    r = load_movielens_dat(f)
+    assert (len(r), r.n_users, r.n_items, r.rating_min) == (3, 2, 2, 1.0)
+    assert sorted(r.to_frame().itertuples(index=False, name=None)) == [(1, 661, 3), (1, 1193, 5), (2, 1193, 1)]
+
+
+def test_movielens_10m_half_stars(tmp_path):
+    f = write(tmp_path / "ratings.dat", "1::122::0.5::838985046\n1::185::4.5::838983525\n3::122::5::838983392\n")
+    r = load_movielens_dat(f, name="ml-10m")
+    assert r.rating_min == 0.5 and sorted(r.rating.tolist()) == [0.5, 4.5, 5]
+
+
+def test_movielens_20m_csv_with_crlf(tmp_path):
+    f = write(tmp_path / "ratings.csv", "userId,movieId,rating,timestamp\r\n1,2,3.5,1112486027\r\n1,29,0.5,1112484676\r\n2,2,5.0,1112484819\r\n")
+    r = load_movielens_csv(f)
+    assert (len(r), r.rating_min) == (3, 0.5) and sorted(r.rating.tolist()) == [0.5, 3.5, 5]
+
+
+def test_netflix_training_set_and_combined_agree(tmp_path):
+    write(tmp_path / "training_set" / "mv_0000001.txt", "1:\n1488844,3,2005-09-06\n822109,5,2005-05-13\n")
+    write(tmp_path / "training_set" / "mv_0000002.txt", "2:\n2059652,4,2005-09-05\n1488844,1,2005-11-01\n")
+    write(tmp_path / "combined_data_1.txt", "1:\n1488844,3,2005-09-06\n822109,5,2005-05-13\n")
+    write(tmp_path / "combined_data_2.txt", "2:\n2059652,4,2005-09-05\n1488844,1,2005-11-01\n")
+    a = load_netflix(tmp_path / "training_set")
+    b = load_netflix([tmp_path / "combined_data_1.txt", tmp_path / "combined_data_2.txt"])
+    assert ratings_sha256(a) == ratings_sha256(b)
+    assert pairs(a) == {(1488844, 1), (822109, 1), (2059652, 2), (1488844, 2)}
+    assert sorted(a.to_frame().query("item == 2").rating.tolist()) == [1, 4]
+
+
+def test_netflix_combined_several_blocks_per_file(tmp_path):
+    f = write(tmp_path / "combined_data_1.txt", "1:\n10,3,2005-09-06\n11,5,2005-05-13\n7:\n10,2,2004-01-01\n\n")
+    r = load_netflix(f)
+    assert sorted(r.to_frame().itertuples(index=False, name=None)) == [(10, 1, 3), (10, 7, 2), (11, 1, 5)]
+
+
+def test_yahoo_r1_never_play_again(tmp_path):
+    f = write(tmp_path / "r1.txt", "1\t100\t90\n1\t101\t255\n2\t100\t0\n2\t102\t100\n")
+    drop = load_yahoo_r1(f)
+    assert (len(drop), drop.rating_min, drop.rating_max) == (3, 0, 100) and 255 not in drop.rating
+    zero = load_yahoo_r1(f, never_play_again="zero")
+    assert len(zero) == 4 and zero.to_frame().query("item == 101").rating.tolist() == [0]
+    with pytest.raises(ValueError, match="never_play_again='keep' must be 'drop' or 'zero'"):
+        load_yahoo_r1(f, never_play_again="keep")
+
+
+def test_yahoo_r3(tmp_path):
+    f = write(tmp_path / "r3.txt", "1\t14\t5\n1\t35\t1\n2\t14\t3\n")
+    r = load_yahoo_r3(f)
+    assert (len(r), r.n_users, r.n_items, r.rating_max) == (3, 2, 2, 5)
+
+
+def test_anime_unrated(tmp_path):
+    f = write(tmp_path / "rating.csv", "user_id,anime_id,rating\n1,20,-1\n1,24,-1\n1,79,10\n2,20,1\n")
+    r = load_anime(f)
+    assert (len(r), r.rating_min, r.rating_max) == (2, 1, 10) and sorted(r.rating.tolist()) == [1, 10]
+    k = load_anime(f, keep_unrated=True)
+    assert (len(k), k.rating_min) == (4, -1) and sorted(k.rating.tolist()) == [-1, -1, 1, 10]
+
+
+MALFORMED = [
+    (load_movielens_100k, "u.data", "1\t2\t3\t4\n1\t3\t4\n", 2, "expected 4 fields"),
+    (load_movielens_100k, "u.data", "1\t2\t3\t4\n1\t3\tx\t4\n", 2, "rating 'x' is not a number"),
+    (load_movielens_100k, "u.data", "1\t2\t3\t4\n\n1\t3\t9\t4\n", 3, "rating=9 is outside the declared range [1, 5]"),
+    (load_movielens_dat, "ratings.dat", "1::2::3::4\n1::3::4::5\n1::4:5::6\n", 3, "malformed line"),
+    (load_movielens_dat, "ratings.dat", "1::2::3::4\nu7::3::4::5\n", 2, "user id 'u7' is not an integer"),
+    (load_movielens_dat, "ratings.dat", "1::2::3::4\n2::3::4::5::9\n", 2, "malformed line"),
+    (load_movielens_csv, "ratings.csv", "userId,movieId,rating,timestamp\n1,2,3.5,4\n1,3,,5\n", 3, "rating '' is not a number"),
+    (load_movielens_csv, "ratings.csv", "user,movie,rating,time\n1,2,3.5,4\n", 1, "expected the header 'userId,movieId,rating,timestamp'"),
+    (load_movielens_csv, "ratings.csv", "userId,movieId,rating,timestamp\n1,2,nan,4\n", 2, "rating=nan is outside"),
+    (load_yahoo_r1, "r1.txt", "1\t2\t50\n1\t3\t101\n", 2, "rating=101 is outside the declared range [0, 100] (special values (255,))"),
+    (load_yahoo_r3, "r3.txt", "1\t2\t5\n1\t3\t0\n", 2, "rating=0 is outside the declared range [1, 5]"),
+    (load_anime, "rating.csv", "user_id,anime_id,rating\n1,2,10\n1,3,11\n", 3, "rating=11 is outside the declared range [1, 10]"),
+    (load_anime, "rating.csv", "user_id,anime_id,rating\n1,2,10\n1;3;5\n", 3, "expected 3 fields"),
+    (load_netflix, "combined_data_1.txt", "1:\n5,3,2005-01-01\n6,3\n", 3, "malformed rating line"),
+    (load_netflix, "combined_data_1.txt", "1:\n5,3,2005-01-01\nx2:\n", 3, "malformed 'MovieID:' line"),
+    (load_netflix, "combined_data_1.txt", "5,3,2005-01-01\n", 1, "rating line before any 'MovieID:' line"),
+    (load_netflix, "combined_data_1.txt", "1:\n5,3,2005-01-01\n6,7,2005-01-01\n", 3, "rating outside the declared range [1, 5]"),
+]
+
+
+@pytest.mark.parametrize("loader, fname, text, line, reason", MALFORMED)
+def test_malformed_line_is_named(tmp_path, loader, fname, text, line, reason):
+    f = write(tmp_path / fname, text)
+    with pytest.raises(ValueError) as e:
+        loader(f)
+    msg = str(e.value)
+    assert f"{f}: line {line}:" in msg and reason in msg, msg
+
+
+@pytest.mark.parametrize("loader, fname", [(load_movielens_dat, "ratings.dat"), (load_movielens_csv, "ratings.csv"),
+                                           (load_yahoo_r3, "r3.txt"), (load_netflix, "combined_data_1.txt")])
+def test_empty_file(tmp_path, loader, fname):
+    text = "userId,movieId,rating,timestamp\n" if fname.endswith(".csv") else ""
+    f = write(tmp_path / fname, text)
+    with pytest.raises(ValueError, match="empty data"):
+        loader(f)
+
+
+def test_duplicates_in_a_file_are_refused(tmp_path):
+    f = write(tmp_path / "ratings.dat", "1::2::3::4\n1::2::4::5\n")
+    with pytest.raises(ValueError, match=r"duplicate \(user, item\) pair \(user=1, item=2\) at indices 0 and 1"):
+        load_movielens_dat(f)
+
+
+@pytest.mark.parametrize("loader, dataset, url", [
+    (load_movielens_dat, "ml-1m", "https://files.grouplens.org/datasets/movielens/ml-1m.zip"),
+    (load_movielens_csv, "ml-20m", "ml-20m.zip"),
+    (load_yahoo_r1, "yahoo-r1", "webscope.sandbox.yahoo.com"),
+    (load_anime, "anime", "kaggle.com/datasets/CooperUnion/anime-recommendations-database"),
+    (load_netflix, "netflix", "kaggle.com/datasets/netflix-inc/netflix-prize-data"),
+])
+def test_missing_file_says_where_to_get_it(tmp_path, loader, dataset, url):
+    f = tmp_path / "nothing-here.txt"
+    with pytest.raises(FileNotFoundError) as e:
+        loader(f) if loader is load_netflix else loader(f, name=dataset)
+    msg = str(e.value)
+    assert str(f) in msg and url in msg and "data/README.md" in msg, msg
+
+
+# ---------------------------------------------------------------- settings-driven loading and fetching
+
+@pytest.fixture
+def tmp_settings(tmp_path):
+    def make(**env):
+        return load_settings(env={"DPMF_DATA_DIR": str(tmp_path / "data"), **{k: str(v) for k, v in env.items()}})
+    return make
+
+
+def test_load_dataset_dispatches_on_format(tmp_path, tmp_settings):
+    s = tmp_settings(DPMF_ML_1M_N_RATINGS=3, DPMF_ANIME_N_RATINGS=3)
+    write(s.data_dir / "ml-1m" / "ml-1m" / "ratings.dat", "1::1193::5::978300760\n1::661::3::978302109\n2::1193::4::978298413\n")
+    r = load_dataset("ml-1m", settings=s)
+    assert (len(r), r.name) == (3, "ml-1m")
+    write(s.data_dir / "anime" / "rating.csv", "user_id,anime_id,rating\n1,20,-1\n1,24,10\n2,20,8\n")
+    assert len(load_dataset("anime", settings=s)) == 2
+    assert len(load_dataset("anime", settings=s, keep_unrated=True)) == 3   # n_ratings counts the rows as parsed
+    with pytest.raises(ValueError, match=r"takes options \['keep_unrated', 'on_duplicate'\], not \['colour'\]"):
+        load_dataset("anime", settings=s, colour="red")
+
+
+def test_load_dataset_count_and_checksum_checks(tmp_settings):
+    s = tmp_settings(DPMF_ML_1M_N_RATINGS=4)
+    write(s.data_dir / "ml-1m" / "ml-1m" / "ratings.dat", "1::1193::5::978300760\n")
+    with pytest.raises(ValueError, match="parsed 1 ratings but settings.ini expects n_ratings=4"):
+        load_dataset("ml-1m", settings=s)
+    assert len(load_dataset("ml-1m", settings=s, verify=False)) == 1
+    s2 = tmp_settings(DPMF_ML_1M_N_RATINGS=1, DPMF_ML_1M_SHA256="0" * 64)
+    with pytest.raises(ValueError, match="checksum of the parsed ratings is [0-9a-f]{64}, settings.ini expects 0000"):
+        load_dataset("ml-1m", settings=s2)
+
+
+def test_load_dataset_missing_manual_dataset(tmp_settings):
+    s = tmp_settings()
+    with pytest.raises(FileNotFoundError) as e:
+        load_dataset("yahoo-r3", settings=s)
+    msg = str(e.value)
+    assert str(s.data_dir / "yahoo-r3" / "ydata-ymusic-rating-study-v1_0-train.txt") in msg and "Webscope" in msg
+    with pytest.raises(ValueError, match="dataset='ml-7' is not in settings.ini"):
+        load_dataset("ml-7", settings=s)
+
+
+def test_netflix_training_set_folder_is_found(tmp_settings):
+    s = tmp_settings(DPMF_NETFLIX_N_RATINGS=2)
+    write(s.data_dir / "netflix" / "training_set" / "mv_0000001.txt", "1:\n5,3,2005-01-01\n6,4,2005-01-02\n")
+    assert len(load_dataset("netflix", settings=s)) == 2
+
+
+def fake_zip(path: Path, member: str, text: str) -> Path:
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(member, text)
+    return path
+
+
+U_DATA = "196\t242\t3\t881250949\n186\t302\t3\t891717742\n22\t377\t1\t878887116\n"
+INTER = "user_id:token\titem_id:token\trating:float\ttimestamp:float\n" + U_DATA
+U_SHA = D._sha256_arrays(np.array([196, 186, 22]), np.array([242, 302, 377]), np.array([3.0, 3.0, 1.0]))
+
+
+def test_fetch_tries_sources_in_order_verifies_and_writes_atomically(tmp_path, tmp_settings, monkeypatch):
+    good = fake_zip(tmp_path / "recbole.whl", "recbole/ml-100k.inter", INTER)
+    urls = f"file://{tmp_path}/nope.zip#ml-100k/u.data file://{good}#recbole/ml-100k.inter"
+    s = tmp_settings(DPMF_ML_100K_URLS=urls, DPMF_ML_100K_N_RATINGS=3, DPMF_ML_100K_SHA256=U_SHA)
+    path = fetch_dataset("ml-100k", settings=s)
+    assert path == s.data_dir / "ml-100k" / "ratings.tsv"
+    assert path.read_text() == U_DATA                      # the canonical 4-column form, no header
+    assert [p.name for p in path.parent.iterdir()] == ["ratings.tsv"]   # no temporary file left
+    r = load_dataset("ml-100k", settings=s)
+    assert ratings_sha256(r) == U_SHA and len(r) == 3
+    # present and valid: no download at all
+    monkeypatch.setattr(D, "_download", lambda *a, **k: pytest.fail("downloaded although present"))
+    assert fetch_dataset("ml-100k", settings=s) == path
+
+
+def test_fetch_rejects_wrong_checksum_and_leaves_nothing(tmp_path, tmp_settings):
+    bad = fake_zip(tmp_path / "ml.zip", "ml-100k/u.data", U_DATA.replace("\t1\t", "\t2\t"))
+    s = tmp_settings(DPMF_ML_100K_URLS=f"file://{bad}#ml-100k/u.data", DPMF_ML_100K_N_RATINGS=3, DPMF_ML_100K_SHA256=U_SHA)
+    with pytest.raises(OSError) as e:
+        fetch_dataset("ml-100k", settings=s)
+    assert "every source failed" in str(e.value) and "checksum of the parsed ratings" in str(e.value)
+    assert not (s.data_dir / "ml-100k").exists() or not any((s.data_dir / "ml-100k").iterdir())
+
+
+def test_fetch_refetches_a_corrupt_file(tmp_path, tmp_settings):
+    good = fake_zip(tmp_path / "ml.zip", "ml-100k/u.data", U_DATA)
+    s = tmp_settings(DPMF_ML_100K_URLS=f"file://{good}#ml-100k/u.data", DPMF_ML_100K_N_RATINGS=3, DPMF_ML_100K_SHA256=U_SHA)
+    target = write(s.data_dir / "ml-100k" / "ratings.tsv", U_DATA[:20])
+    assert fetch_dataset("ml-100k", settings=s) == target and target.read_text() == U_DATA
+
+
+def test_fetch_manual_dataset_says_how(tmp_settings):
+    with pytest.raises(FileNotFoundError, match="ml-10m cannot be downloaded automatically. Get ml-10m from https://files.grouplens.org"):
+        fetch_dataset("ml-10m", settings=tmp_settings())
+
+
+def test_load_dataset_without_fetch_says_how(tmp_settings):
+    with pytest.raises(FileNotFoundError) as e:
+        load_dataset("ml-100k", settings=tmp_settings(), fetch=False)
+    assert "ratings.tsv" in str(e.value) and "dpmf data fetch ml-100k" in str(e.value)
+
+
+def test_fetch_from_the_recbole_wheel(tmp_settings):
+    "The PyPI source on its own (the GroupLens URL is left out): pip download, read the wheel member, verify."
+    s = tmp_settings(DPMF_ML_100K_URLS="pypi:recbole==1.2.1#recbole/dataset_example/ml-100k/ml-100k.inter")
+    path = fetch_dataset("ml-100k", settings=s)
+    r = load_movielens_100k(path)
+    assert ratings_sha256(r) == ML100K_SHA and len(r) == 100_000
+    assert oct(path.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+
+
+def _umask():
+    m = os.umask(0); os.umask(m)
+    return m
+
+
+def test_list_datasets(tmp_settings):
+    s = tmp_settings()
+    write(s.data_dir / "yahoo-r3" / "ydata-ymusic-rating-study-v1_0-train.txt", "1\t2\t3\n")
+    rows = {row.name: row for row in list_datasets(s)}
+    assert set(rows) >= {"ml-100k", "ml-1m", "ml-10m", "ml-20m", "netflix", "yahoo-r1", "yahoo-r3", "anime"}
+    assert rows["yahoo-r3"].present and not rows["ml-1m"].present
+    assert rows["ml-100k"].auto and not rows["netflix"].auto
+    assert rows["anime"].format == "anime-csv" and "CC0" in rows["anime"].license
+    assert rows["netflix"].path == s.data_dir / "netflix"
+
+
+def test_real_movielens_100k():
+    "The real data (fetched from GroupLens or the recbole wheel if missing): checksum and shape."
+    r = load_dataset("ml-100k")
+    assert ratings_sha256(r) == ML100K_SHA == load_settings().dataset("ml-100k").sha256
+    assert (len(r), r.n_users, r.n_items) == (100_000, 943, 1_682)
+    assert set(np.unique(r.rating).tolist()) == {1, 2, 3, 4, 5}
+    r.validate()
+
+
+# ---------------------------------------------------------------- subsets and filters
+
+@pytest.mark.parametrize("bounds", [dict(min_user=5, min_item=8), dict(min_user=3, max_user=15, min_item=4, max_item=20)])
+def test_filter_counts_reaches_a_fixed_point(bounds):
+    r = random_ratings(80, 60, 0.2, seed=1)
+    f = filter_counts(r, **bounds)
+    uc, ic = np.bincount(f.user, minlength=f.n_users), np.bincount(f.item, minlength=f.n_items)
+    assert uc.min() >= bounds["min_user"] and ic.min() >= bounds["min_item"]
+    assert uc.max() <= bounds.get("max_user", 10**9) and ic.max() <= bounds.get("max_item", 10**9)
+    assert pairs(f) <= pairs(r) and 0 < len(f) < len(r)
+    assert len(filter_counts(f, **bounds)) == len(f)     # idempotent: a fixed point
+    # maximal: every rating of r whose user and item both survive is kept
+    fu, fi = set(f.user_ids.tolist()), set(f.item_ids.tolist())
+    assert pairs(f) == {p for p in pairs(r) if p[0] in fu and p[1] in fi}
+
+
+def test_filter_counts_iterates():
+    # user 1 has 2 ratings, one of them on item 9 which only user 1 rated: removing item 9
+    # (min_item=2) drops user 1 below min_user=2 in a second round.
+    r = Ratings.from_ids([1, 1, 2, 2, 3, 3], [8, 9, 8, 7, 8, 7], [1, 2, 3, 4, 5, 1], 1, 5)
+    f = filter_counts(r, min_user=2, min_item=2)
+    assert pairs(f) == {(2, 8), (2, 7), (3, 8), (3, 7)}
+
+
+def test_filter_bad_arguments():
+    r = random_ratings()
+    with pytest.raises(ValueError, match="min_user=0 must be an integer >= 1"):
+        filter_counts(r, min_user=0)
+    with pytest.raises(ValueError, match="max_item=2 must be >= min_item=5"):
+        filter_counts(r, min_item=5, max_item=2)
+    with pytest.raises(ValueError, match="leaves no ratings"):
+        filter_counts(r, min_user=1000)
+
+
+def test_reindex_keeps_original_ids():
+    r = random_ratings()
+    sub = r.take(r.user % 3 == 0)
+    c = reindex(sub)
+    assert c.n_users == len(np.unique(sub.user)) and c.n_items == len(np.unique(sub.item))
+    assert pairs(c) == pairs(sub) and c.user.max() == c.n_users - 1
+    c.validate()
+
+
+def test_netflix_subset():
+    r = random_ratings(100, 50, 0.3, seed=2)
+    counts = np.bincount(r.item, minlength=r.n_items)
+    most = netflix_subset(r, n_items=10)
+    assert most.n_items == 10
+    assert np.sort(np.bincount(most.item))[::-1].tolist() == np.sort(counts)[::-1][:10].tolist()
+    first = netflix_subset(r, n_items=10, by="first")
+    assert first.item_ids.tolist() == sorted(r.item_ids.tolist())[:10]
+    rnd = netflix_subset(r, n_items=10, by="random", seed=4)
+    assert rnd.item_ids.tolist() == netflix_subset(r, n_items=10, by="random", seed=4).item_ids.tolist()
+    with pytest.raises(ValueError, match="n_items=51 exceeds the 50 items"):
+        netflix_subset(r, n_items=51)
+    with pytest.raises(ValueError, match="by='top' must be"):
+        netflix_subset(r, by="top")
+
+
+def test_subsample():
+    r = random_ratings(100, 50, 0.3, seed=3)
+    s = subsample(r, n_users=30, n_items=20, seed=1)
+    assert s.n_users <= 30 and s.n_items <= 20 and pairs(s) <= pairs(r)
+    assert ratings_sha256(s) == ratings_sha256(subsample(r, n_users=30, n_items=20, seed=1))
+    assert ratings_sha256(s) != ratings_sha256(subsample(r, n_users=30, n_items=20, seed=2))
+    assert subsample(r, n_users=30).n_users == 30
+    with pytest.raises(ValueError, match="n_users=101 exceeds the 100 users"):
+        subsample(r, n_users=101)
+
+
+# ---------------------------------------------------------------- splits
+
+def test_random_split_properties():
+    r = random_ratings(seed=5)
+    tr, te = random_split(r, 0.25, seed=7)
+    assert len(te) == round(0.25 * len(r)) and len(tr) + len(te) == len(r)
+    assert pairs(tr).isdisjoint(pairs(te)) and pairs(tr) | pairs(te) == pairs(r)
+    assert (tr.n_users, tr.n_items, te.n_users) == (r.n_users, r.n_items, r.n_users)
+    tr2, te2 = random_split(r, 0.25, seed=7)
+    assert np.array_equal(te.user, te2.user) and np.array_equal(te.item, te2.item)
+    assert pairs(random_split(r, 0.25, seed=8)[1]) != pairs(te)
+    for bad in (0, 1, 1.5, -0.1, "0.2"):
+        with pytest.raises(ValueError, match=f"test_fraction={bad!r} must be a number strictly between 0 and 1"):
+            random_split(r, bad)
+
+
+def test_kfold_each_rating_in_exactly_one_test_fold():
+    r = random_ratings(seed=6)
+    folds = list(kfold(r, k=7, seed=3))
+    assert len(folds) == 7
+    seen = {}
+    for f, (tr, te) in enumerate(folds):
+        assert pairs(tr).isdisjoint(pairs(te)) and pairs(tr) | pairs(te) == pairs(r)
+        for p in pairs(te): seen[p] = seen.get(p, 0) + 1
+    assert set(seen) == pairs(r) and set(seen.values()) == {1}
+    sizes = [len(te) for _, te in folds]
+    assert max(sizes) - min(sizes) <= 1
+    assert [pairs(te) for _, te in kfold(r, k=7, seed=3)] == [pairs(te) for _, te in folds]
+    with pytest.raises(ValueError, match="k=1 must be an integer >= 2"):
+        kfold(r, k=1)
+    with pytest.raises(ValueError, match="k=100000 exceeds the number of ratings"):
+        kfold(r, k=100_000)
+
+
+def test_holdout_per_user():
+    r = Ratings.from_ids(np.repeat([1, 2, 3, 4], [5, 2, 1, 3]), np.r_[0:5, 0:2, 0:1, 0:3], np.ones(11), 1, 5)
+    tr, te = holdout_per_user(r, n_test=2, seed=1)
+    per_user = {int(u): int(c) for u, c in zip(*np.unique(te.original_ids()[0], return_counts=True))}
+    assert per_user == {1: 2, 4: 2}                       # users 2 (2 ratings) and 3 (1) stay in train
+    assert pairs(tr).isdisjoint(pairs(te)) and pairs(tr) | pairs(te) == pairs(r)
+    assert pairs(holdout_per_user(r, 2, seed=1)[1]) == pairs(te)
+    with pytest.raises(ValueError, match="n_test=0 must be an integer >= 1"):
+        holdout_per_user(r, n_test=0)
+    with pytest.raises(ValueError, match="no user of .* has more than 5 ratings"):
+        holdout_per_user(r, n_test=5)
+
+
+def test_holdout_per_user_is_uniform_within_user():
+    r = Ratings.from_ids(np.zeros(10, int), np.arange(10), np.ones(10), 1, 5)
+    hits = np.zeros(10)
+    for seed in range(2000):
+        hits[holdout_per_user(r, 1, seed=seed)[1].item] += 1
+    # each of 10 items is held out with probability 1/10: sd of a count is sqrt(2000*0.1*0.9) = 13.4
+    assert np.abs(hits - 200).max() < 5 * 13.4
+
+
+def test_public_private_users():
+    r = random_ratings(50, 40, 0.3, seed=8)
+    pub, priv = public_private_users(r, 0.2, by="most")
+    pu, qu = set(pub.user.tolist()), set(priv.user.tolist())
+    assert len(pu) == 10 and pu.isdisjoint(qu) and len(pub) + len(priv) == len(r)
+    counts = np.bincount(r.user, minlength=r.n_users)
+    assert min(counts[list(pu)]) >= max(counts[list(qu)])
+    rp, rq = public_private_users(r, 0.2, by="random", seed=3)
+    assert len(set(rp.user.tolist())) == 10 and pairs(rp) | pairs(rq) == pairs(r)
+    assert pairs(rp) == pairs(public_private_users(r, 0.2, by="random", seed=3)[0])
+    with pytest.raises(ValueError, match="by='best' must be 'most' or 'random'"):
+        public_private_users(r, 0.2, by="best")
+    with pytest.raises(ValueError, match="public_fraction=0.001 of 50 users leaves no public"):
+        public_private_users(r, 0.001)
+
+
+# ---------------------------------------------------------------- synthetic
+
+def test_synthetic_shape_validity_and_determinism():
+    r = synthetic(3000, 400, 60_000, seed=11)
+    assert (len(r), r.n_users, r.n_items, r.rating_min, r.rating_max) == (60_000, 3000, 400, 1, 5)
+    r.validate()                                          # unique pairs, values on the scale
+    assert set(np.unique(r.rating).tolist()) == {1, 2, 3, 4, 5}
+    r1 = synthetic(3000, 400, 60_000, seed=11, threads=1)
+    assert np.array_equal(r.user, r1.user) and np.array_equal(r.item, r1.item) and np.array_equal(r.rating, r1.rating)
+    assert ratings_sha256(synthetic(3000, 400, 60_000, seed=12)) != ratings_sha256(r)
+    assert np.bincount(r.user, minlength=r.n_users).min() >= 1
+
+
+@pytest.mark.parametrize("shape", [(40, 25, 1000), (100, 30, 2999), (5, 1000, 3), (1, 1, 1)])
+def test_synthetic_dense_and_tiny(shape):
+    r = synthetic(*shape, seed=0)
+    assert len(r) == shape[2]
+    r.validate()
+
+
+def test_synthetic_follows_the_low_rank_model():
+    r, truth = synthetic(2000, 300, 40_000, rank=4, noise=0.0, rating_levels=7, seed=2, return_truth=True)
+    dot = np.einsum("ij,ij->i", truth["U"][r.user].astype(np.float64), truth["V"][r.item].astype(np.float64))
+    expect = np.clip(np.floor(truth["mu"] + truth["scale"] * dot + 0.5), 1, 7)
+    assert np.mean(expect == r.rating) > 0.9999            # exact up to float32 rounding at .5 boundaries
+    assert abs(np.var(dot) - 1) < 0.1                      # factors scaled so u.v has unit variance
+
+
+def test_synthetic_noise_has_the_requested_sd():
+    sigma = 0.8
+    r, t = synthetic(4000, 500, 100_000, noise=sigma, rating_levels=101, seed=5, return_truth=True)
+    x = t["mu"] + t["scale"] * np.einsum("ij,ij->i", t["U"][r.user].astype(np.float64), t["V"][r.item].astype(np.float64))
+    inner = (x > 5) & (x < 97)                             # away from clipping
+    resid = r.rating[inner] - x[inner]
+    # rating = round(x + sigma*z): residual variance sigma^2 + 1/12, mean 0
+    assert abs(resid.mean()) < 5 * np.sqrt(sigma**2 + 1 / 12) / np.sqrt(inner.sum())
+    assert abs(resid.var() - (sigma**2 + 1 / 12)) < 0.02
+
+
+@pytest.mark.parametrize("count", [5, 13])                 # 13 of 20 items takes the Efraimidis-Spirakis path
+def test_synthetic_sampling_without_replacement_matches_numpy(count):
+    n_users, n_items, a = 20_000, 20, 1.0
+    r = synthetic(n_users, n_items, n_users * count, popularity=a, activity_sigma=0.0, seed=9)
+    assert (np.bincount(r.user) == count).all()
+    ours = np.sort(np.bincount(r.item, minlength=n_items) / n_users)[::-1]     # inclusion frequency by popularity rank
+    rng = np.random.default_rng(0)
+    p = np.arange(1, n_items + 1.0) ** -a; p /= p.sum()
+    ref_counts = np.zeros(n_items)
+    for _ in range(n_users):
+        ref_counts[rng.choice(n_items, count, replace=False, p=p)] += 1
+    ref = ref_counts / n_users
+    sd = np.sqrt(2 * ref * (1 - ref) / n_users) + 1e-9
+    assert np.all(np.abs(ours - ref) < 5 * sd), (ours, ref)
+
+
+def test_synthetic_power_law_popularity():
+    r = synthetic(20_000, 5_000, 100_000, popularity=1.0, seed=3)
+    ic = np.sort(np.bincount(r.item, minlength=r.n_items))[::-1]
+    ranks = np.arange(10, 201)
+    slope = np.polyfit(np.log(ranks), np.log(ic[ranks - 1]), 1)[0]
+    assert -1.1 < slope < -0.9
+    flat = np.bincount(synthetic(20_000, 100, 100_000, popularity=0.0, seed=3).item)
+    assert flat.max() / flat.min() < 1.2
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(n_users=0), "n_users=0 must be an integer >= 1"),
+    (dict(n_ratings=10 * 10 + 1), "n_ratings=101 exceeds n_users*n_items=100"),
+    (dict(rank=0), "rank=0 must be an integer >= 1"),
+    (dict(rating_levels=1), "rating_levels=1 must be an integer >= 2"),
+    (dict(noise=-1.0), "noise=-1.0 must be a finite number >= 0"),
+    (dict(popularity=float("nan")), "popularity=nan must be a finite number >= 0"),
+    (dict(n_items=2.5), "n_items=2.5 must be an integer >= 1"),
+    (dict(threads=0), "threads=0 must be an integer >= 1"),
+])
+def test_synthetic_bad_input(kw, message):
+    args = {**dict(n_users=10, n_items=10, n_ratings=50), **kw}
+    with pytest.raises(ValueError) as e:
+        synthetic(**args)
+    assert message in str(e.value)
