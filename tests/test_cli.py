@@ -1,0 +1,142 @@
+"""The `dpmf` console script: its machine-readable contract, its help, and its errors (run as a subprocess)."""
+import json, os, subprocess, sys
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent / "dpmf"
+SMALL = "synthetic:n_users=300,n_items=200,n_ratings=10000"
+
+
+def dpmf(*args, cwd=None, env=None):
+    "Run the installed console script (or `dpmf_lit.cli.main` in a fresh interpreter without one)."
+    cmd = [str(BIN)] if BIN.exists() else [sys.executable, "-c", "import sys; from dpmf_lit.cli import main; sys.exit(main())"]
+    return subprocess.run(cmd + [str(a) for a in args], capture_output=True, text=True, timeout=600, cwd=cwd,
+                          env={**os.environ, "MPLBACKEND": "Agg", **(env or {})})
+
+
+def test_fit_json_contract():
+    p = dpmf("fit", "pmf", "--dataset", SMALL, "--set", "d=4", "--set", "epochs=5", "--json")
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)                       # exactly one JSON object on stdout
+    assert isinstance(rep, dict)
+    assert {"rmse", "mae", "fit_seconds", "n_train", "n_test", "privacy"} <= set(rep)
+    assert {"released", "unit", "epsilon", "delta", "method"} <= set(rep["privacy"])
+    assert rep["n_train"] + rep["n_test"] == 10_000 and rep["n_test"] == 2_000
+    assert 0 < rep["mae"] <= rep["rmse"] < 4 and rep["fit_seconds"] >= 0
+    assert rep["privacy"]["epsilon"] is None and rep["parameters"]["d"] == 4
+
+
+def test_fit_is_deterministic_and_seeded():
+    args = ("fit", "pmf", "--dataset", SMALL, "--set", "d=4", "--set", "epochs=5", "--set", "threads=1", "--json")
+    a, b = json.loads(dpmf(*args).stdout), json.loads(dpmf(*args).stdout)
+    c = json.loads(dpmf(*args, "--seed", "1").stdout)
+    assert a["rmse"] == b["rmse"] and a["mae"] == b["mae"]
+    assert c["rmse"] != a["rmse"] and c["seed"] == 1
+
+
+def test_fit_human_output():
+    p = dpmf("fit", "pmf", "--dataset", SMALL, "--set", "epochs=3")
+    assert p.returncode == 0, p.stderr
+    assert "test RMSE" in p.stdout and "non-private" in p.stdout
+
+
+@pytest.mark.parametrize("cmd", [(), ("data",), ("data", "fetch"), ("data", "list"), ("fit",), ("bench",), ("reproduce",)])
+def test_help(cmd):
+    p = dpmf(*cmd, "--help")
+    assert p.returncode == 0 and p.stdout.startswith("usage: dpmf"), p.stderr
+    assert len(p.stdout.splitlines()) > 5
+
+
+def test_help_explains_reproduce_options():
+    out = dpmf("reproduce", "--help").stdout
+    for flag in ("--profile", "--only", "--force", "--jobs", "--dask", "--data-dir", "--figures-dir", "--build-dir"):
+        assert flag in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (("fit", "nosuchmech", "--dataset", SMALL), "nosuchmech"),
+    (("fit", "pmf", "--dataset", SMALL, "--set", "d32"), "'d32' is not of the form key=value"),
+    (("fit", "pmf", "--dataset", SMALL, "--set", "colour=red"), "no parameter 'colour'"),
+    (("fit", "pmf", "--dataset", "ml-7"), "dataset='ml-7' is unknown"),
+    (("fit", "pmf", "--dataset", "synthetic:n_users"), "option 'n_users' is not of the form key=value"),
+    (("fit", "pmf", "--dataset", "synthetic:nusers=10"), "unknown synthetic option(s) ['nusers']"),
+    (("fit", "pmf", "--dataset", SMALL, "--test-fraction", "1.5"), "test_fraction=1.5"),
+    (("fit", "pmf", "--dataset", SMALL, "--set", "d=-3"), "d=-3"),
+    (("fit", "pmf"), "--dataset"),
+    (("data", "fetch", "ml-7"), "dataset='ml-7'"),
+    (("data", "fetch", "synthetic"), "nothing to fetch"),
+    (("reproduce", "--profile", "huge"), "invalid choice"),
+    (("reproduce", "--only", "nosuch*"), "matches no entry"),
+    (("reproduce", "--jobs", "0"), "jobs=0"),
+    (("nosuchcommand",), "invalid choice"),
+])
+def test_bad_input(args, message, tmp_path):
+    p = dpmf(*args, "--figures-dir", tmp_path / "f", "--build-dir", tmp_path / "b")
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert p.stderr.strip().splitlines()[-1].startswith("dpmf: error:"), p.stderr
+    assert message in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "f").exists() and not (tmp_path / "b").exists()
+
+
+def test_data_list(tmp_path):
+    p = dpmf("--data-dir", tmp_path, "data", "list", "--json")
+    rows = json.loads(p.stdout)
+    names = [r["name"] for r in rows]
+    assert "ml-100k" in names and "synthetic" in names
+    ml = rows[names.index("ml-100k")]
+    assert ml["cached"] is False and ml["auto_fetch"] is True and str(tmp_path) in ml["path"]
+    assert "ml-100k" in dpmf("data", "list").stdout
+
+
+def test_global_options_after_the_subcommand(tmp_path):
+    rows = json.loads(dpmf("data", "list", "--json", "--data-dir", tmp_path).stdout)
+    assert str(tmp_path) in rows[0]["path"]
+
+
+def test_missing_manual_dataset_says_where_to_get_it(tmp_path):
+    p = dpmf("--data-dir", tmp_path, "data", "fetch", "ml-1m")
+    assert p.returncode == 2 and p.stderr.startswith("dpmf: error:") and "ml-1m" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_reproduce_smoke_via_cli(tmp_path):
+    args = ("--figures-dir", tmp_path / "figures", "--build-dir", tmp_path / "build")
+    p = dpmf("reproduce", "--profile", "smoke", "--only", "baseline-pmf-error-cdf", "--no-progress", *args)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "1 ok" in p.stdout
+    assert (tmp_path / "figures" / "baseline" / "pmf_error_cdf.png").is_file()
+    assert (tmp_path / "figures" / "baseline" / "pmf_error_cdf.svg").is_file()
+    rec = json.loads((tmp_path / "figures" / "results.json").read_text())
+    assert [r["id"] for r in rec] == ["baseline-pmf-error-cdf"]
+    again = dpmf("reproduce", "--profile", "smoke", "--only", "baseline-pmf-error-cdf", "--no-progress", *args)
+    assert again.returncode == 0 and "1 skipped" in again.stdout
+
+
+def test_bench_json_contract():
+    from dpmf_lit import bench  # noqa: F401  (skip cleanly if the bench module is absent)
+    p = dpmf("bench", "--quick", "--engines", "dpmf-sgd", "--threads", "1", "--json")
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    assert isinstance(rows, list) and rows
+    for r in rows:
+        assert {"engine", "dataset", "d", "threads", "updates_per_s"} <= set(r)
+        assert r["engine"] == "dpmf-sgd" and r["threads"] == 1 and r["updates_per_s"] > 0
+
+
+def test_reproduce_failure_exit_status(tmp_path):
+    "A failing entry: exit status 1, the summary names it and its log, stderr says so."
+    import nbformat
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell('dataset = "synthetic"\nout_dir = None\ndata_dir = None\nthreads = None')
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell("raise ValueError('deliberately broken experiment')")]
+    nbformat.write(nb, str(tmp_path / "broken.ipynb"))
+    (tmp_path / "manifest.json").write_text(json.dumps({"entries": [
+        {"id": "broken", "paper": "p", "notebook": "broken.ipynb", "outputs": ["x"],
+         "profiles": {"smoke": {"dataset": "synthetic", "parameters": {}}}}]}))
+    p = dpmf("reproduce", "--profile", "smoke", "--no-progress", "--figures-dir", tmp_path / "f", "--build-dir", tmp_path / "b",
+             env={"DPMF_MANIFEST": str(tmp_path / "manifest.json")})
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "FAILED" in p.stdout and "deliberately broken experiment" in p.stdout and str(tmp_path / "b" / "smoke" / "broken.log") in p.stdout
+    assert "1 entry failed: broken" in p.stderr
+    assert not (tmp_path / "f" / "p").exists() and not (tmp_path / "f" / "results.json").exists()
