@@ -1,0 +1,327 @@
+"""dpmf_lit.mf: kernels against plain numpy references, metrics, the mechanism interface,
+bad input, determinism, and the ML-100K quality target of the non-private PMF baseline."""
+import math
+
+import numpy as np
+import pytest
+
+from dpmf_lit.data import Ratings, load_dataset, random_split, synthetic
+from dpmf_lit.mf import (MECHANISMS, PMF, FittedModel, Mechanism, PrivacyReport, als_sweep, error_cdf, evaluate,
+                         gd_step, get_mechanism, mae, mean_error_increase, mf_gradient, prepare_sgd_blocks,
+                         register_mechanism, rmse, sgd_epoch, sgd_epoch_parallel, to_csr)
+
+
+# ---------------------------------------------------------------- numpy references
+def problem(n_users=40, n_items=25, n=500, d=8, seed=0):
+    rng = np.random.default_rng(seed)
+    flat = rng.choice(n_users * n_items, n, replace=False)
+    user, item = (flat // n_items).astype(np.int32), (flat % n_items).astype(np.int32)
+    rating = rng.integers(1, 6, n).astype(np.float32)
+    P = (0.1 * rng.standard_normal((n_users, d))).astype(np.float32)
+    Q = (0.1 * rng.standard_normal((n_items, d))).astype(np.float32)
+    bu = (0.1 * rng.standard_normal(n_users)).astype(np.float32)
+    bi = (0.1 * rng.standard_normal(n_items)).astype(np.float32)
+    return user, item, rating, P, Q, bu, bi
+
+
+def sgd_ref(user, item, rating, order, P, Q, bu, bi, mu, lr, reg, reg_bias, use_bias):
+    P, Q, bu, bi = (x.astype(np.float64).copy() for x in (P, Q, bu, bi))
+    for k in order:
+        u, i, r = user[k], item[k], rating[k]
+        e = r - (mu + P[u] @ Q[i] + (bu[u] + bi[i] if use_bias else 0.0))
+        if use_bias:
+            bu[u] += lr * (e - reg_bias * bu[u]); bi[i] += lr * (e - reg_bias * bi[i])
+        P[u], Q[i] = P[u] + lr * (e * Q[i] - reg * P[u]), Q[i] + lr * (e * P[u] - reg * Q[i])
+    return P, Q, bu, bi
+
+
+def objective_ref(user, item, rating, P, Q, bu, bi, mu, reg_u, reg_v, reg_bias, use_bias, weighted):
+    P, Q, bu, bi = (x.astype(np.float64) for x in (P, Q, bu, bi))
+    e = rating - (mu + np.einsum("kd,kd->k", P[user], Q[item]) + ((bu[user] + bi[item]) if use_bias else 0))
+    wu = np.bincount(user, minlength=len(P)) if weighted else np.ones(len(P))
+    wi = np.bincount(item, minlength=len(Q)) if weighted else np.ones(len(Q))
+    pen = reg_u * wu @ (P ** 2).sum(1) + reg_v * wi @ (Q ** 2).sum(1)
+    if use_bias: pen += reg_bias * (wu @ bu ** 2 + wi @ bi ** 2)
+    return 0.5 * (e @ e + pen)
+
+
+def visit_order(ptr):
+    G = math.isqrt(len(ptr) - 1)
+    blocks = [g * G + (g + s) % G for s in range(G) for g in range(G)]
+    return np.concatenate([np.arange(ptr[b], ptr[b + 1]) for b in blocks])
+
+
+# ---------------------------------------------------------------- SGD
+@pytest.mark.parametrize("use_bias", [True, False])
+def test_sgd_epoch_matches_numpy(use_bias):
+    user, item, rating, P0, Q0, bu0, bi0 = problem()
+    order = np.random.default_rng(5).permutation(len(user))
+    P, Q, bu, bi = P0.copy(), Q0.copy(), bu0.copy(), bi0.copy()
+    Pr, Qr, bur, bir = P0, Q0, bu0, bi0
+    for _ in range(3):
+        sse = sgd_epoch(user, item, rating, order, P, Q, bu, bi, 3.5, 0.02, 0.05, 0.01, use_bias)
+        Pr, Qr, bur, bir = sgd_ref(user, item, rating, order, Pr, Qr, bur, bir, 3.5, 0.02, 0.05, 0.01, use_bias)
+    for a, b in ((P, Pr), (Q, Qr), (bu, bur), (bi, bir)):
+        np.testing.assert_allclose(a, b, atol=2e-5)
+    if not use_bias:
+        np.testing.assert_array_equal(bu, bu0)
+    assert sse > 0
+
+
+def test_sgd_epoch_visits_only_order():
+    user, item, rating, P0, Q0, bu0, bi0 = problem()
+    order = np.arange(10)   # only the first 10 ratings
+    P, Q = P0.copy(), Q0.copy()
+    sgd_epoch(user, item, rating, order, P, Q, bu0.copy(), bi0.copy(), 3.5, 0.02, 0.05, 0.01, True)
+    untouched = np.setdiff1d(np.arange(len(P)), user[:10])
+    np.testing.assert_array_equal(P[untouched], P0[untouched])
+    assert not np.array_equal(P[user[:10]], P0[user[:10]])
+
+
+@pytest.mark.parametrize("G", [1, 2, 3, 4])
+def test_blocks_partition_and_strata(G):
+    user, item, rating, *_ = problem(n=700)
+    b = prepare_sgd_blocks(user, item, rating, 40, 25, n_threads=G, seed=3)
+    assert b.n_groups == G and b.ptr[0] == 0 and b.ptr[-1] == len(user) and np.all(np.diff(b.ptr) >= 0)
+    # every rating exactly once, with its value
+    assert sorted(zip(b.user.tolist(), b.item.tolist(), b.rating.tolist())) == \
+        sorted(zip(user.tolist(), item.tolist(), rating.tolist()))
+    assert b.user.dtype == np.int32 and b.item.dtype == np.int32 and b.rating.dtype == np.float32
+    # each block holds one user group and one item group; blocks of a stratum share no row
+    ug, ig = {}, {}
+    for blk in range(G * G):
+        sl = slice(b.ptr[blk], b.ptr[blk + 1])
+        for u in b.user[sl]: assert ug.setdefault(u, blk // G) == blk // G
+        for i in b.item[sl]: assert ig.setdefault(i, blk % G) == blk % G
+    # balanced user groups: no group has more than its share plus the largest user
+    counts = np.bincount(user, minlength=40)
+    loads = np.bincount([ug[u] for u in user], minlength=G)
+    assert loads.max() <= len(user) / G + counts.max()
+
+
+def test_blocks_user_layout_groups_users():
+    user, item, rating, *_ = problem(n=700)
+    b = prepare_sgd_blocks(user, item, rating, 40, 25, n_threads=2, seed=0, layout="user")
+    for blk in range(4):
+        us = b.user[b.ptr[blk]:b.ptr[blk + 1]]
+        runs = 1 + np.count_nonzero(us[1:] != us[:-1]) if len(us) else 0
+        assert runs == len(np.unique(us))   # each user's ratings are consecutive
+
+
+@pytest.mark.parametrize("G", [1, 2, 3])
+def test_sgd_parallel_matches_serial_reference_and_is_deterministic(G):
+    user, item, rating, P0, Q0, bu0, bi0 = problem(n=700)
+    b = prepare_sgd_blocks(user, item, rating, 40, 25, n_threads=G, seed=1)
+    outs = []
+    for _ in range(2):
+        P, Q, bu, bi = P0.copy(), Q0.copy(), bu0.copy(), bi0.copy()
+        for _ in range(2): sgd_epoch_parallel(*b, P, Q, bu, bi, 3.5, 0.02, 0.05, 0.01, True)
+        outs.append((P, Q, bu, bi))
+    for a, c in zip(*outs):
+        np.testing.assert_array_equal(a, c)
+    Pr, Qr, bur, bir = P0, Q0, bu0, bi0
+    for _ in range(2):
+        Pr, Qr, bur, bir = sgd_ref(b.user, b.item, b.rating, visit_order(b.ptr), Pr, Qr, bur, bir, 3.5, 0.02, 0.05, 0.01, True)
+    for a, c in zip(outs[0], (Pr, Qr, bur, bir)):
+        np.testing.assert_allclose(a, c, atol=2e-5)
+
+
+def test_prepare_blocks_bad_input():
+    user, item, rating, *_ = problem()
+    with pytest.raises(ValueError, match="n_threads=0"): prepare_sgd_blocks(user, item, rating, 40, 25, n_threads=0)
+    with pytest.raises(ValueError, match="layout='zigzag'"): prepare_sgd_blocks(user, item, rating, 40, 25, layout="zigzag")
+    with pytest.raises(ValueError, match="n_users=10"): prepare_sgd_blocks(user, item, rating, 10, 25)
+    with pytest.raises(ValueError, match="equal length"): prepare_sgd_blocks(user, item[:-1], rating, 40, 25)
+
+
+# ---------------------------------------------------------------- GD and ALS
+@pytest.mark.parametrize("weighted", [True, False])
+def test_gradient_matches_finite_differences(weighted):
+    user, item, rating, P, Q, bu, bi = problem()
+    args = (3.5, 0.05, 0.08, 0.02, True, weighted)
+    g = [np.empty_like(x) for x in (P, Q, bu, bi)]
+    E, sse = mf_gradient(user, item, rating, P, Q, bu, bi, *args, *g)
+    assert E == pytest.approx(objective_ref(user, item, rating, P, Q, bu, bi, *args), rel=1e-5)
+    rng = np.random.default_rng(0)
+    for _ in range(3):   # directional derivatives along random directions
+        D = [rng.standard_normal(x.shape) for x in (P, Q, bu, bi)]
+        h = 1e-4
+        f = lambda t: objective_ref(user, item, rating, *(x + t * dx for x, dx in zip((P, Q, bu, bi), D)), *args)
+        fd = (f(h) - f(-h)) / (2 * h)
+        an = sum((gx.astype(np.float64) * dx).sum() for gx, dx in zip(g, D))
+        assert fd == pytest.approx(an, rel=1e-3, abs=1e-3)
+
+
+def test_gd_step_decreases_objective_and_respects_sides():
+    user, item, rating, P0, Q0, bu0, bi0 = problem()
+    P, Q, bu, bi = P0.copy(), Q0.copy(), bu0.copy(), bi0.copy()
+    Es = [gd_step(user, item, rating, P, Q, bu, bi, 3.0, 0.01, 0.05, 0.05, 0.02, True, True)[0] for _ in range(20)]
+    assert all(b < a for a, b in zip(Es, Es[1:]))
+    P, Q, bu, bi = P0.copy(), Q0.copy(), bu0.copy(), bi0.copy()
+    gd_step(user, item, rating, P, Q, bu, bi, 3.0, 0.01, 0.05, 0.05, 0.02, True, True, False, True)
+    np.testing.assert_array_equal(P, P0); np.testing.assert_array_equal(bu, bu0)
+    assert not np.array_equal(Q, Q0)
+
+
+@pytest.mark.parametrize("use_bias,weighted", [(True, True), (True, False), (False, True), (False, False)])
+def test_als_sweep_solves_normal_equations(use_bias, weighted):
+    user, item, rating, P0, Q0, bu0, bi0 = problem(n_users=45)   # users 40..44 have no ratings
+    P, bu = P0.copy(), bu0.copy()
+    als_sweep(*to_csr(user, item, rating, 45), P, Q0, bu, bi0, 3.0, 0.1, 0.05, use_bias, weighted)
+    d = Q0.shape[1]
+    for x in range(45):
+        m = user == x
+        if not m.any():
+            assert not P[x].any() and (not use_bias or bu[x] == 0); continue
+        Y = Q0[item[m]].astype(np.float64)
+        t = rating[m] - 3.0 - (bi0[item[m]] if use_bias else 0)
+        w = m.sum() if weighted else 1
+        if use_bias: Y = np.hstack([Y, np.ones((len(Y), 1))])
+        lam = np.full(Y.shape[1], 0.1 * w)
+        if use_bias: lam[-1] = 0.05 * w
+        sol = np.linalg.solve(Y.T @ Y + np.diag(lam), Y.T @ t)
+        np.testing.assert_allclose(P[x], sol[:d], atol=1e-4)
+        if use_bias: assert bu[x] == pytest.approx(sol[-1], abs=1e-4)
+    # an exact block minimisation never increases the objective
+    args = (3.0, 0.1, 0.1, 0.05, use_bias, weighted)
+    assert objective_ref(user, item, rating, P, Q0, bu, bi0, *args) <= objective_ref(user, item, rating, P0, Q0, bu0, bi0, *args)
+
+
+def test_to_csr():
+    row = np.array([2, 0, 2, 1], np.int32); col = np.array([5, 6, 7, 8], np.int32); val = np.array([1, 2, 3, 4], np.float32)
+    indptr, idx, v = to_csr(row, col, val, 4)
+    np.testing.assert_array_equal(indptr, [0, 1, 2, 4, 4])
+    np.testing.assert_array_equal(idx, [6, 8, 5, 7]); np.testing.assert_array_equal(v, [2, 4, 1, 3])
+
+
+# ---------------------------------------------------------------- metrics
+def test_metrics_against_numpy():
+    rng = np.random.default_rng(0)
+    y = rng.integers(1, 6, 1000).astype(float); yhat = y + rng.normal(0, 0.8, 1000)
+    assert rmse(y, yhat) == pytest.approx(np.sqrt(np.mean((y - yhat) ** 2)))
+    assert mae(y, yhat) == pytest.approx(np.mean(np.abs(y - yhat)))
+    x, F = error_cdf(y, yhat, r_max=5, n_points=51)
+    assert len(x) == len(F) == 51 and x[0] == 0 and x[-1] == 5
+    assert np.all(np.diff(F) >= 0) and 0 <= F[0] and F[-1] <= 1
+    err = np.abs(y - yhat)
+    for k in (0, 10, 25, 50):
+        assert F[k] == pytest.approx(np.mean(err <= x[k]))
+    assert mean_error_increase(err + 0.1, err) == pytest.approx(0.1)
+    assert mean_error_increase(err, err) == 0
+
+
+def test_metrics_bad_input():
+    with pytest.raises(ValueError, match="same shape"): rmse([1, 2, 3], [1, 2])
+    with pytest.raises(ValueError, match="empty"): mae([], [])
+    with pytest.raises(ValueError, match="r_max=-1"): error_cdf([1], [1], r_max=-1)
+    with pytest.raises(ValueError, match="n_points=1"): error_cdf([1], [1], r_max=5, n_points=1)
+    with pytest.raises(ValueError, match="absolute errors"): mean_error_increase([-0.5], [0.5])
+
+
+# ---------------------------------------------------------------- mechanism interface
+@pytest.fixture(scope="module")
+def small():
+    r = synthetic(300, 200, 12000, rank=5, noise=0.3, seed=1)
+    return random_split(r, 0.2, seed=0)
+
+
+def test_registry():
+    assert get_mechanism("pmf") is PMF and MECHANISMS["pmf"] is PMF and PMF.name == "pmf"
+    with pytest.raises(ValueError, match=r"mechanism='nope'.*known: \[.*'pmf'"): get_mechanism("nope")
+    with pytest.raises(ValueError, match="already registered"):
+        @register_mechanism("pmf")
+        class Other(Mechanism): pass
+    with pytest.raises(ValueError, match="Mechanism subclass"): register_mechanism("x")(int)
+    assert "x" not in MECHANISMS
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(d=0), "d=0"), (dict(d=2.5), "d=2.5"), (dict(epochs=0), "epochs=0"), (dict(lr=0), "lr=0"),
+    (dict(lr=-0.1), "lr=-0.1"), (dict(reg=-1), "reg=-1"), (dict(solver="newton"), "solver='newton'"),
+    (dict(threads=0), "threads=0"), (dict(seed=-3), "seed=-3"), (dict(init_std=0), "init_std=0"),
+    (dict(lr_decay=1.5), "lr_decay=1.5"), (dict(reg_bias=-0.1), "reg_bias=-0.1"),
+    (dict(solver="als", reg=0), "reg=0"), (dict(lr=float("nan")), "lr=nan"), (dict(layout="zigzag"), "layout='zigzag'"),
+    (dict(epochs=None, d=None), "d=None")])
+def test_pmf_bad_parameters(kw, msg):
+    with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(".", r"\.")):
+        PMF(**kw)
+
+
+def test_pmf_bad_train(small):
+    with pytest.raises(ValueError, match="Ratings"): PMF().fit(np.zeros((3, 3)))
+    train, _ = small
+    empty = train.take(np.zeros(len(train), bool))
+    with pytest.raises(ValueError, match="empty"): PMF(epochs=1).fit(empty)
+
+
+def test_params_and_report(small):
+    train, test = small
+    m = PMF(d=4, epochs=2, seed=7)
+    assert m.params()["d"] == 4 and m.params()["seed"] == 7 and set(m.params()) >= {"lr", "reg", "solver", "threads"}
+    fit = m.fit(train)
+    assert isinstance(fit, FittedModel) and isinstance(fit.privacy, PrivacyReport)
+    assert not fit.privacy.private and fit.privacy.epsilon is None and fit.privacy.to_dict()["released"] == ["U", "V"]
+    assert len(fit.history) == 2 and fit.history[-1]["epoch"] == 2 and fit.fit_seconds > 0
+    assert fit.U.shape == (train.n_users, 4) and fit.U.dtype == np.float32
+
+
+def test_predict_clips_and_checks(small):
+    train, test = small
+    fit = PMF(d=4, epochs=3).fit(train)
+    fit.U *= 100   # push predictions out of range
+    p = fit.predict(test.user, test.item)
+    assert p.dtype == np.float32 and p.min() >= train.rating_min and p.max() <= train.rating_max
+    with pytest.raises(ValueError, match="user codes"): fit.predict(np.array([train.n_users]), np.array([0]))
+    with pytest.raises(ValueError, match="item codes"): fit.predict(np.array([0]), np.array([-1]))
+    with pytest.raises(ValueError, match="equal length"): fit.predict(np.array([0, 1]), np.array([0]))
+
+
+@pytest.mark.parametrize("solver,threads", [("sgd", None), ("sgd", 2), ("sgd", 3), ("als", None), ("gd", None)])
+def test_pmf_deterministic_and_learns(small, solver, threads):
+    train, test = small
+    kw = dict(d=8, solver=solver, threads=threads, seed=3)
+    if solver == "als": kw["reg"] = 0.1
+    if solver == "gd": kw.update(epochs=100, lr=0.005)
+    a, b = PMF(**kw).fit(train), PMF(**kw).fit(train)
+    np.testing.assert_array_equal(a.U, b.U); np.testing.assert_array_equal(a.V, b.V)
+    baseline = rmse(test.rating, np.full(len(test), train.rating.mean()))
+    assert evaluate(a, test)["rmse"] < 0.9 * baseline
+    assert evaluate(a, test)["n_test"] == len(test)
+    if solver != "als":
+        c = PMF(**{**kw, "seed": 4}).fit(train)
+        assert not np.array_equal(a.U, c.U)
+
+
+def test_pmf_threads_one_equals_none_and_layouts_learn(small):
+    train, test = small
+    a, b = PMF(d=8, epochs=10, threads=None).fit(train), PMF(d=8, epochs=10, threads=1).fit(train)
+    np.testing.assert_array_equal(a.U, b.U)
+    c = PMF(d=8, epochs=10, threads=2).fit(train)
+    assert not np.array_equal(a.U, c.U)   # a different block grid is a different (equally valid) visit order
+    u = PMF(d=8, layout="user").fit(train)
+    assert abs(evaluate(u, test)["rmse"] - evaluate(PMF(d=8).fit(train), test)["rmse"]) < 0.05
+
+
+def test_pmf_valid_history(small):
+    train, test = small
+    fit = PMF(d=8, epochs=5).fit(train, valid=test)
+    assert [h["epoch"] for h in fit.history] == [1, 2, 3, 4, 5]
+    assert fit.history[-1]["valid_rmse"] == pytest.approx(evaluate(fit, test)["rmse"])
+
+
+# ---------------------------------------------------------------- the acceptance target
+def test_pmf_defaults_reach_target_on_ml100k():
+    """Issue 2, section 3: tuned PMF() defaults reach test RMSE <= 0.915 on ML-100K, random 80/20 split, seed 0."""
+    r = load_dataset("ml-100k")
+    train, test = random_split(r, 0.2, seed=0)
+    res = evaluate(PMF().fit(train), test)
+    assert res["n_test"] == 20000
+    assert res["rmse"] <= 0.915, res
+
+
+def test_progress_bar_and_values(small, capsys):
+    train, _ = small
+    fit = PMF(d=4, epochs=3).fit(train, progress=True)
+    assert "pmf[sgd]" in capsys.readouterr().err
+    assert all(np.isfinite(h["train_rmse"]) and h["seconds"] > 0 for h in fit.history)
+    assert fit.params["epochs"] == 3 and fit.params["lr"] == PMF.SOLVER_DEFAULTS["sgd"]["lr"]
