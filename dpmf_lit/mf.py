@@ -8,12 +8,7 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/mf.html.md"""
 # %% ../nbs/01_mf.ipynb #0e3b2a8d
 from __future__ import annotations
 import inspect, math, os, time
-# numba's OpenMP threading layer lets idle threads spin between parallel regions. On a shared or
-# oversubscribed machine the spinning threads take the cores the working threads need, and a
-# block-scheduled epoch (one parallel region per sub-epoch) became ~10x slower than serial in our
-# measurements; sleeping threads avoid that at the price of a few microseconds per region.
-# Set before the OpenMP runtime loads; an explicit user setting wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# OMP_WAIT_POLICY=PASSIVE is set by dpmf_lit.settings, imported (via .data) before any numba parallel code runs.
 from dataclasses import dataclass, field, asdict
 from typing import NamedTuple
 import numpy as np
@@ -26,8 +21,8 @@ from tqdm import tqdm
 from .data import Ratings
 
 # %% auto #0
-__all__ = ['PREFETCH_AHEAD', 'MECHANISMS', 'PrivacyReport', 'prefetch_row', 'prefetch_item', 'sgd_epoch', 'SGDBlocks',
-           'prepare_sgd_blocks', 'sgd_epoch_parallel', 'mf_gradient', 'gd_step', 'to_csr', 'als_sweep',
+__all__ = ['PREFETCH_AHEAD', 'MECHANISMS', 'MECHANISM_MODULES', 'PrivacyReport', 'prefetch_row', 'prefetch_item', 'sgd_epoch',
+           'SGDBlocks', 'prepare_sgd_blocks', 'sgd_epoch_parallel', 'mf_gradient', 'gd_step', 'to_csr', 'als_sweep',
            'predict_kernel', 'rmse', 'mae', 'error_cdf', 'mean_error_increase', 'evaluate', 'FittedModel', 'Mechanism',
            'register_mechanism', 'get_mechanism', 'PMF']
 
@@ -473,8 +468,13 @@ def register_mechanism(name: str):
         return cls
     return deco
 
+MECHANISM_MODULES = ("dpmf_lit.hua", "dpmf_lit.hua_protocol")  # paper modules that register mechanisms
+
 def get_mechanism(name: str):
-    "The mechanism class registered as `name`, or a ValueError listing the known names."
+    "The mechanism class registered as `name` (paper modules are imported on first use), or a ValueError listing the known names."
+    if name not in MECHANISMS:
+        import importlib
+        for module in MECHANISM_MODULES: importlib.import_module(module)
     if name not in MECHANISMS:
         raise ValueError(f"mechanism={name!r} is not registered; known: {sorted(MECHANISMS)}")
     return MECHANISMS[name]
