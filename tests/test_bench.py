@@ -1,0 +1,138 @@
+"""`dpmf bench` machinery: a small-mode run gives well-formed rows for every engine, the ratios
+in the table are the quotients of the rows' rates, and bad arguments are refused by name.
+No test asserts a wall-clock time or a speed."""
+import importlib.util, math
+
+import numpy as np
+import pytest
+
+from dpmf_lit import bench
+from dpmf_lit.bench import ENGINES, bench_ratios, format_table, run_bench
+
+REQUIRED = {"engine": str, "dataset": str, "d": int, "threads": int, "updates_per_s": float,
+            "epochs": int, "n_ratings": int, "seconds": float, "compile_seconds": float}
+PACKAGE = {"surprise-svd": "surprise", "libmf": "libmf"}
+
+
+def _installed(engine):
+    mod = PACKAGE.get(engine)
+    return mod is None or importlib.util.find_spec(mod) is not None
+
+
+@pytest.fixture(scope="module")
+def quick_rows():
+    return run_bench(quick=True, threads=(1, 2) if bench.numba.config.NUMBA_NUM_THREADS >= 2 else (1,), progress=False)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_quick_run_gives_well_formed_rows(quick_rows, engine):
+    if not _installed(engine):
+        pytest.skip(f"{engine}: package {PACKAGE[engine]!r} is not installed (pip install 'dpmf-lit[bench]')")
+    rows = [r for r in quick_rows if r["engine"] == engine]
+    assert rows, f"no row for {engine}"
+    data = bench.bench_dataset("quick")
+    for r in rows:
+        for key, kind in REQUIRED.items():
+            assert isinstance(r[key], kind), (key, r[key])
+        assert r["dataset"] == "quick" and r["d"] == 8 and r["epochs"] == 2
+        assert r["n_ratings"] == len(data)
+        assert math.isfinite(r["updates_per_s"]) and r["updates_per_s"] > 0
+        assert r["seconds"] > 0 and r["compile_seconds"] >= 0
+        # the engine produced finite predictions on the rating scale (no NaN, no divergence)
+        assert math.isfinite(r["train_rmse_sample"]) and r["train_rmse_sample"] < data.rating_max - data.rating_min
+    expected_threads = {1} if engine in ("dpmf-sgd", "surprise-svd") else {1, bench.numba.config.NUMBA_NUM_THREADS}
+    assert {r["threads"] for r in rows} == expected_threads
+
+
+def test_dpmf_rows_report_jit_and_traffic(quick_rows):
+    for r in (r for r in quick_rows if r["engine"].startswith("dpmf")):
+        assert r["bytes_per_update"] == 16 * r["d"] + 12
+        assert r["gb_per_s"] == pytest.approx(r["updates_per_s"] * r["bytes_per_update"] / 1e9)
+        assert r["jit_cache"] in ("hit", "miss", "unknown")
+
+
+def test_quick_run_keys_are_unique(quick_rows):
+    keys = [(r["engine"], r["dataset"], r["d"], r["threads"]) for r in quick_rows]
+    assert len(keys) == len(set(keys))
+
+
+def _fake_rows():
+    rows = []
+    for d, scale in ((16, 2.0), (64, 1.0)):
+        rows += [dict(engine="dpmf-sgd", dataset="toy", d=d, threads=1, updates_per_s=20e6 * scale),
+                 dict(engine="dpmf-sgd-parallel", dataset="toy", d=d, threads=1, updates_per_s=18e6 * scale),
+                 dict(engine="dpmf-sgd-parallel", dataset="toy", d=d, threads=2, updates_per_s=30e6 * scale),
+                 dict(engine="surprise-svd", dataset="toy", d=d, threads=1, updates_per_s=1.6e6 * scale),
+                 dict(engine="libmf", dataset="toy", d=d, threads=1, updates_per_s=8e6 * scale),
+                 dict(engine="libmf", dataset="toy", d=d, threads=2, updates_per_s=12e6 * scale)]
+    return rows
+
+
+def test_ratios_are_quotients_of_row_rates():
+    q = {x["d"]: x for x in bench_ratios(_fake_rows())}
+    assert set(q) == {16, 64}
+    for d in (16, 64):   # scale cancels: same ratios at both d
+        assert q[d]["dpmf_vs_surprise"] == pytest.approx(20 / 1.6)        # best 1-thread dpmf is the serial one
+        assert q[d]["dpmf_vs_libmf_1"] == pytest.approx(20 / 8)
+        assert q[d]["dpmf_vs_libmf_all"] == pytest.approx(30 / 12)
+        assert q[d]["speedup"] == pytest.approx(30 / 20)                   # strict: vs the best single-thread code
+        assert q[d]["parallel_scaling"] == pytest.approx(30 / 18)
+        assert q[d]["libmf_speedup"] == pytest.approx(12 / 8)
+        assert q[d]["threads_all"] == 2
+
+
+def test_ratios_missing_engine_is_none():
+    rows = [r for r in _fake_rows() if r["engine"] != "libmf"]
+    q = bench_ratios(rows)[0]
+    assert q["dpmf_vs_libmf_1"] is None and q["dpmf_vs_libmf_all"] is None and q["dpmf_vs_surprise"] is not None
+
+
+def test_format_table_shows_rows_ratios_and_targets():
+    rows_part, ratio_part = format_table(_fake_rows()).split("\n\n")
+    assert sum(1 for l in rows_part.splitlines() if l.startswith("toy")) == 12
+    assert "40.00" in rows_part and "M upd/s" in rows_part               # 20e6 * 2 at d = 16, in millions
+    ratio = {l.split()[1]: l for l in ratio_part.splitlines() if l.startswith("toy")}
+    assert set(ratio) == {"16", "64"}
+    assert "12.50 ok" in ratio["64"] and "2.50 ok" in ratio["64"] and "1.50 MISS" in ratio["64"]
+    assert "12.50" in ratio["16"] and "ok" not in ratio["16"] and "MISS" not in ratio["16"]   # targets judged at d = 64
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(ds=(0,)), "d=0"),
+    (dict(engines=("dpmf-sgd", "spark")), "'spark'"),
+    (dict(epochs=1), "epochs=1"),
+    (dict(repeats=0), "repeats=0"),
+    (dict(threads=(0,)), "threads=0"),
+    (dict(datasets=("no-such-data",)), "'no-such-data'"),
+    (dict(surprise_max_ratings=0), "surprise_max_ratings=0"),
+])
+def test_bad_arguments_are_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        run_bench(progress=False, **kwargs)
+
+
+def test_cache_sizes_are_positive():
+    for level, size in bench.cache_sizes().items():
+        assert level.startswith("L") and size > 0
+
+
+def test_bad_layout_is_named():
+    with pytest.raises(ValueError, match="dpmf_layout='rows'"):
+        run_bench(quick=True, progress=False, dpmf_layout="rows")
+
+
+def test_layout_study_runs_the_package_kernels_in_four_orders():
+    rows = bench.layout_study(bench.bench_dataset("quick"), d=8, repeats=1, grid=2)
+    assert [r["layout"] for r in rows] == ["indirect shuffled", "contiguous shuffled", "user-grouped", "grid 2x2, user-grouped"]
+    assert all(math.isfinite(r["updates_per_s"]) and r["updates_per_s"] > 0 and r["threads"] == 1 for r in rows)
+
+
+def test_user_layout_rows_say_so():
+    rows = run_bench(quick=True, engines=("dpmf-sgd-parallel",), threads=(1,), dpmf_layout="user", progress=False)
+    assert len(rows) == 1 and "layout='user'" in rows[0]["layout"]
+
+
+def test_rows_are_strict_json(quick_rows):
+    import json
+    again = json.loads(json.dumps(quick_rows, allow_nan=False))   # `dpmf bench --json` contract: no NaN/inf
+    assert [r["engine"] for r in again] == [r["engine"] for r in quick_rows]
