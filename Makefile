@@ -58,4 +58,6 @@ preview: install
 	@echo "open site-preview/index.html"
 
 lock:
-	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^-e' > $(CONSTRAINTS)
+	{ echo "# Tested versions of every dependency (CPython 3.11, Linux x86_64). Used by 'make install' as pip constraints."; \
+	  echo "# Regenerate with 'make lock' after upgrading and re-running 'make test'."; \
+	  $(BIN)/python -m pip freeze --exclude-editable | grep -v -e '^-e' -e '^dpmf'; } > $(CONSTRAINTS)

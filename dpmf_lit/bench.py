@@ -366,7 +366,7 @@ def _epochs_repeats(r, name, epochs, repeats, quick):
 # %% ../nbs/91_bench.ipynb #17e6e15a
 def run_bench(datasets=DATASETS, ds=(16, 64, 128), engines=ENGINES, threads=None, epochs: int | None = None,
               repeats: int | None = None, quick: bool = False, surprise_max_ratings: int = 1_000_000,
-              limits: bool = True, dpmf_layout: str = "random", seed: int = 0, progress: bool = True) -> list[dict]:
+              limits: bool = True, dpmf_layout: str | None = None, seed: int = 0, progress: bool = True) -> list[dict]:
     """Measure rating updates per second of every engine in `engines` on every data set, rank d and
     thread count; return one dict per (engine, dataset, d, threads).
 
@@ -375,7 +375,7 @@ def run_bench(datasets=DATASETS, ds=(16, 64, 128), engines=ENGINES, threads=None
     per-data-set defaults (`EPOCHS_REPEATS`). `quick=True`: the small synthetic 'quick' set, d=(8,),
     2 epochs, 1 repeat, no limit measurements (for tests). `limits`: also measure the stream bandwidth and
     random-row rate and attach them to the dpmf rows. `dpmf_layout`: the order of ratings inside a block
-    of the parallel kernel ('random', what `PMF.fit` uses, or 'user'). Engines whose package is missing
+    of the parallel kernel ('random' or 'user'; default: `PMF`'s default layout, i.e. what `PMF.fit` runs). Engines whose package is missing
     are skipped with a warning naming the package."""
     if quick:
         datasets = ("quick",) if datasets == DATASETS else datasets
@@ -385,6 +385,7 @@ def run_bench(datasets=DATASETS, ds=(16, 64, 128), engines=ENGINES, threads=None
     all_threads = numba.config.NUMBA_NUM_THREADS
     threads = tuple(sorted(set(threads))) if threads is not None else tuple(sorted({1, all_threads}))
     _check_args(datasets, ds, engines, threads, epochs, repeats, surprise_max_ratings)
+    dpmf_layout = dpmf.PMF().layout if dpmf_layout is None else dpmf_layout  # default: as PMF.fit runs
     if dpmf_layout not in ("random", "user"): raise ValueError(f"dpmf_layout={dpmf_layout!r} must be 'random' or 'user'")
     runnable = []
     for e in engines:

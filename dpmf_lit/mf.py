@@ -488,7 +488,7 @@ class PMF(Mechanism):
     "Non-private (biased) probabilistic matrix factorization: the baseline every private mechanism is compared to."
     def __init__(self, d: int = 128, epochs: int | None = None, lr: float | None = None, reg: float = 0.08,
                  reg_bias: float | None = None, solver: str = "sgd", bias: bool = True, threads: int | None = None,
-                 seed: int = 0, init_std: float = 0.01, lr_decay: float | None = None, layout: str = "random"):
+                 seed: int = 0, init_std: float = 0.01, lr_decay: float | None = None, layout: str = "user"):
         _check(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 1, f"d={d!r} must be an integer >= 1")
         _check(epochs is None or (isinstance(epochs, (int, np.integer)) and epochs >= 1), f"epochs={epochs!r} must be an integer >= 1")
         _check(solver in ("sgd", "als", "gd"), f"solver={solver!r} must be one of 'sgd', 'als', 'gd'")
