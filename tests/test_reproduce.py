@@ -94,8 +94,14 @@ def smoke(tmp_path_factory):
 def test_smoke_profile_end_to_end(smoke):
     s, summary = smoke
     assert summary.exit_code == 0, str(summary)
-    entries = load_manifest(settings=s)
-    assert [o.id for o in summary.outcomes] == [e.id for e in entries]
+    all_entries = load_manifest(settings=s)
+    assert [o.id for o in summary.outcomes] == [e.id for e in all_entries]
+    entries = [e for e in all_entries if e.setting("smoke") is not None]
+    assert entries, "no manifest entry has a smoke setting"
+    unset = {o.id: o for o in summary.outcomes}
+    for e in all_entries:
+        if e.setting("smoke") is None:
+            assert unset[e.id].status == "skipped" and "no 'smoke' setting" in unset[e.id].note
     records = load_results(s.results_file)
     assert set(records) == {e.id for e in entries}
     for e in entries:
@@ -130,7 +136,8 @@ def test_up_to_date_entries_are_skipped_then_forced(smoke):
     before = png.stat().st_mtime_ns
     again = reproduce(profile="smoke", settings=s, progress=False)
     assert again.exit_code == 0 and {o.status for o in again.outcomes} == {"skipped"}
-    assert all(o.note == "up to date" for o in again.outcomes)
+    smoke_ids = {e.id for e in load_manifest(settings=s) if e.setting("smoke") is not None}
+    assert all(o.note == "up to date" for o in again.outcomes if o.id in smoke_ids)
     assert png.stat().st_mtime_ns == before
     forced = reproduce(profile="smoke", settings=s, only="baseline-pmf-rank", force=True, progress=False)
     assert [(o.id, o.status) for o in forced.outcomes] == [("baseline-pmf-rank", "ok")]
