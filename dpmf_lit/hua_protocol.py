@@ -13,20 +13,19 @@ import pandas as pd
 from numba import njit
 from .data import Ratings
 from .mf import PMF, FittedModel, Mechanism, PrivacyReport, register_mechanism
-from .privacy import gaussian_epsilon, hua_conditional_mu
-from .hua import (clip_rows, gd_item_factors, gd_step_sizes, item_degrees, rating_sensitivity,
-                          _check_int, _check_positive)
+from .privacy import gaussian_epsilon, hua_conditional_mu, _positive, _int_at_least   # toolkit checks
+from .hua import clip_rows, gd_item_factors, gd_step_sizes, item_degrees, rating_sensitivity
 
 # %% auto #0
 __all__ = ['HEADER_BYTES', 'share_scale', 'recommender_view_epsilon', 'FixedPoint', 'Batch', 'Network', 'Users', 'ThirdParty',
            'Recommender', 'ProtocolRun', 'check_protocol_input', 'run_protocol', 'assert_recommender_blind',
-           'uniformity_pvalues', 'difference_attack', 'ProbingRecommender', 'communication_per_iteration',
-           'traffic_per_iteration', 'HuaProtocol']
+           'uniformity_pvalues', 'difference_attack', 'ProbingRecommender', 'ZeroProbeRecommender', 'online_set_attack',
+           'communication_per_iteration', 'traffic_per_iteration', 'HuaProtocol']
 
 # %% ../nbs/04_hua_protocol.ipynb #5d29f273
 def share_scale(epsilon: float, Delta: float, d: int) -> float:
     "b = Delta sqrt(d) / epsilon: the per-coordinate Laplace scale of the summed shares (1/2-scaled loss)."
-    return _check_positive("Delta", Delta) * math.sqrt(_check_int("d", d, 1)) / _check_positive("epsilon", epsilon)
+    return _positive("Delta", Delta) * math.sqrt(_int_at_least("d", d, 1)) / _positive("epsilon", epsilon)
 
 def recommender_view_epsilon(H, epsilon: float, Delta: float, delta: float = 1e-5) -> float:
     "epsilon at `delta` of the summed shares for an adversary who knows H (the recommender): one Gaussian mechanism."
@@ -53,7 +52,7 @@ class FixedPoint:
     bound: float = 1e6    # declared bound on |any encoded value or aggregate|
 
     def __post_init__(self):
-        _check_positive("scale", self.scale); _check_positive("bound", self.bound)
+        _positive("scale", self.scale); _positive("bound", self.bound)
         if isinstance(self.modulus, bool) or not isinstance(self.modulus, (int, np.integer)) or not 2 <= self.modulus <= 2 ** 62:
             raise ValueError(f"modulus={self.modulus!r} must be an integer in [2, 2**62]")
         need = 2 * math.ceil(self.bound * self.scale) + 1
@@ -204,6 +203,7 @@ class Recommender:
         self._tau_hat = None
         self.received = []
         self.view = [] if keep_view else None   # (t, items, v_j(t), decoded aggregate): all it ever learns
+        self.online = {} if keep_view else None  # t -> rating rows whose users requested v_j(t) (it served them)
 
     def receive(self, batch: Batch):
         self.received.append((batch.kind, batch.sender, batch.t, batch.n, dict(batch.meta)))
@@ -234,6 +234,7 @@ class Recommender:
     def model(self, rows: np.ndarray, t: int, scenario: int) -> Batch:
         "v_j(t) and a fresh mask Psi (uniform on Z_P) for every requesting rater; Scenario 3 adds a piece of tau-hat."
         items = self._items_of_row[rows]
+        if self.online is not None: self.online[t] = np.asarray(rows).copy()
         psi = self._codec.uniform(self._rng, (len(rows), self.V.shape[1]))
         self._psi_sum = self._codec.segment_sum(items, psi, len(self.V))
         payload = {"v": self.V[items].copy(), "psi": psi}
@@ -279,17 +280,18 @@ def run_protocol(ratings: Ratings, U, epsilon: float, reg: float = 5.0, iters: i
                  Delta: float | None = None, seed: int = 0, keep_view: bool = True, taps=(),
                  recommender_cls=None) -> ProtocolRun:
     "Simulate Scenario 2 or 3 of Hua et al. on `ratings` with users' profiles U (rows clipped to norm <= 1)."
-    epsilon, reg = _check_positive("epsilon", epsilon), _check_positive("reg", reg)
-    iters = _check_int("iters", iters, 0)
+    epsilon, reg = _positive("epsilon", epsilon), _positive("reg", reg)
+    iters = _int_at_least("iters", iters, 0)
     if scenario not in (2, 3): raise ValueError(f"scenario={scenario!r} must be 2 or 3")
     if not (isinstance(p_online, (int, float)) and 0 < p_online <= 1): raise ValueError(f"p_online={p_online!r} must be in (0, 1]")
     if scenario == 2 and p_online != 1: raise ValueError(f"p_online={p_online} needs scenario=3 (Scenario 2 has static users)")
     if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)) or group_size < 2):
         raise ValueError(f"k={group_size!r} (group size) must be an integer >= 2: one user's share would be the whole noise")
+    if group_size is not None and scenario == 2: raise ValueError(f"k={group_size} (group size) needs scenario=3")
     k = check_protocol_input(ratings, U)
     U = clip_rows(U, 1.0)
     d = U.shape[1]
-    Delta = rating_sensitivity(ratings) if Delta is None else _check_positive("Delta", Delta)
+    Delta = rating_sensitivity(ratings) if Delta is None else _positive("Delta", Delta)
     codec = codec or FixedPoint()
     ss = np.random.SeedSequence([seed, 2]).spawn(4)
     users = Users(ratings, U, codec, share_scale(epsilon, Delta, d), ss[0])
@@ -378,6 +380,31 @@ class ProbingRecommender(Recommender):
             self.view.append((batch.t, batch.items, np.repeat(self._probe, len(batch.items), 0), g))
         else: super().receive(batch)
 
+# %% ../nbs/04_hua_protocol.ipynb #af65b930
+class ZeroProbeRecommender(Recommender):
+    "A malicious Scenario 3 recommender: sends v_j = 0 in every iteration (users cannot tell) and never moves V."
+    def receive(self, batch):
+        super().receive(batch)
+        self.V[:] = 0.0
+
+def online_set_attack(run: ProtocolRun, item: int):
+    """Scenario 3: regress the recommender's decoded aggregates of `item` on who was online (plus an intercept).
+    Returns (rows, Y, eta): rows = the item's rating rows, Y[s] = the per-rater term of rows[s], eta = the item's noise.
+    Exact when the recommender sent the same v_j in every iteration (then Y[s] = u_i u_i^T v_j - r_ij u_i)."""
+    rec = run.recommender
+    if rec.view is None: raise ValueError("the run kept no recommender view: use run_protocol(..., keep_view=True)")
+    rows = np.flatnonzero(rec._items_of_row == item)           # the public rating pattern
+    Z, G = [], []
+    for t, items, V, g in rec.view:
+        hit = np.flatnonzero(items == item)
+        if len(hit): Z.append(np.r_[np.isin(rows, rec.online[t]), True]); G.append(g[hit[0]])
+    Z = np.array(Z, np.float64).reshape(-1, len(rows) + 1)
+    if np.linalg.matrix_rank(Z) < Z.shape[1]:
+        raise ValueError(f"item {item}: the online sets of {len(Z)} iterations do not separate its {len(rows)} raters "
+                         "(in Scenario 2, or with p_online=1, the raters are always online together)")
+    sol, *_ = np.linalg.lstsq(Z, np.array(G), rcond=None)
+    return rows, sol[:-1], sol[-1]
+
 # %% ../nbs/04_hua_protocol.ipynb #201f7b1a
 def communication_per_iteration(n_ratings: int, n_items: int, d: int, scenario: int | str) -> dict:
     "Messages and bytes per iteration by sender -> receiver for Scenario 2, 3 (all users online) or 'plain' distributed GD."
@@ -413,14 +440,15 @@ class HuaProtocol(Mechanism):
                  p_online: float = 1.0, k: int | None = None, scale_bits: int = 24, modulus_bits: int = 62,
                  bound: float = 1e6, sparse_items: str = "error", pmf_solver: str = "als", pmf_epochs: int = 20,
                  pmf_reg: float = 0.1, seed: int = 0, threads: int | None = None):
-        _check_positive("epsilon", epsilon); _check_positive("reg", reg); _check_int("d", d, 1); _check_int("iters", iters, 0)
+        _positive("epsilon", epsilon); _positive("reg", reg); _int_at_least("d", d, 1); _int_at_least("iters", iters, 0)
         if scenario not in (2, 3): raise ValueError(f"scenario={scenario!r} must be 2 or 3")
         if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 2):
             raise ValueError(f"k={k!r} must be an integer >= 2 (one user's share would be the whole noise)")
         if not (isinstance(p_online, (int, float)) and 0 < p_online <= 1): raise ValueError(f"p_online={p_online!r} must be in (0, 1]")
         if scenario == 2 and p_online != 1: raise ValueError(f"p_online={p_online} needs scenario=3 (Scenario 2 has static users)")
+        if scenario == 2 and k is not None: raise ValueError(f"k={k} needs scenario=3 (in Scenario 2 every rater of an item carries a share)")
         if sparse_items not in ("error", "drop"): raise ValueError(f"sparse_items={sparse_items!r} must be 'error' or 'drop'")
-        _check_int("scale_bits", scale_bits, 1); _check_int("modulus_bits", modulus_bits, 2); _check_int("seed", seed, 0)
+        _int_at_least("scale_bits", scale_bits, 1); _int_at_least("modulus_bits", modulus_bits, 2); _int_at_least("seed", seed, 0)
         if modulus_bits > 62: raise ValueError(f"modulus_bits={modulus_bits} must be <= 62")
         self.epsilon, self.d, self.reg, self.iters, self.scenario = float(epsilon), int(d), float(reg), int(iters), int(scenario)
         self.p_online, self.k, self.scale_bits, self.modulus_bits, self.bound = float(p_online), k, int(scale_bits), int(modulus_bits), float(bound)
@@ -446,16 +474,23 @@ class HuaProtocol(Mechanism):
                            rating_sensitivity(train), self.seed, keep_view=False)
         V = np.zeros((train.n_items, self.d)); V[kept_items] = run.V
         Delta = rating_sensitivity(train)
+        changing = self.scenario == 3 and self.p_online < 1
         eps_items = np.array([recommender_view_epsilon(h, self.epsilon, Delta) for h in run.recommender.H])
         traffic = traffic_per_iteration(run, self.iters - 1) if self.iters else {}
         report = PrivacyReport(
             released=("V",), unit="rating", epsilon=self.epsilon, delta=0.0,
             method=f"Hua et al. 2015 Scenario {self.scenario}: objective perturbation with per-coordinate Laplace noise "
                    "summed from users' shares (L1/L2 argument), masked aggregation in Z_P",
-            notes=(f"neighbouring=replace; epsilon-DP holds against parties who do not know H. The recommender knows H: "
-                   f"against it the realized guarantee is ({eps_items.max():.3g}, 1e-05)-DP for the worst item, "
-                   f"({np.median(eps_items):.3g}, 1e-05) for the median item (Gaussian given H). "
-                   f"V given U (U trained non-privately, held by users). {int((~keep).sum())} ratings of items with < 2 raters "
+            notes=(f"neighbouring=replace; epsilon-DP for V holds against parties who see V and do not know H"
+                   + (" (with changing online groups: only up to the gain factor of nbs/04_hua_protocol 6.2, measured "
+                      "<= 1.002; epsilon-DP not proven). " if changing else ". ")
+                   + ("The recommender sees aggregates over changing online groups with the same noise: by regression on "
+                      "who was online it can recover every rater's r_ij u_i (nbs/04_hua_protocol 6.2): no DP guarantee "
+                      "against the recommender. " if changing else
+                      f"The recommender knows H: against it the realized guarantee is ({eps_items.max():.3g}, 1e-05)-DP for "
+                      f"the worst item, ({np.median(eps_items):.3g}, 1e-05) for the median item (Gaussian given H); it also "
+                      "learns each item's Gram matrix sum_i u_i u_i^T (6.1). ")
+                   + f"V given U (U trained non-privately, held by users). {int((~keep).sum())} ratings of items with < 2 raters "
                    "left out (v_j = 0)."))
         return FittedModel(U=U.astype(np.float32), V=V.astype(np.float32), rating_min=train.rating_min,
                            rating_max=train.rating_max, privacy=report,

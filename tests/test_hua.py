@@ -11,9 +11,11 @@ from dpmf_lit.data import Ratings, random_split, synthetic
 from dpmf_lit.mf import PMF, get_mechanism
 from dpmf_lit.hua import (HuaDPMF, clip_rows, gd_item_factors, item_degrees, item_normal_equations, privacy_loss,
                           rating_sensitivity, sample_item_noise, solve_item_factors)
-from dpmf_lit.hua_protocol import (FixedPoint, HuaProtocol, ProbingRecommender, assert_recommender_blind,
-                                   communication_per_iteration, difference_attack, recommender_view_epsilon,
-                                   run_protocol, share_scale, traffic_per_iteration, uniformity_pvalues)
+from dpmf_lit.hua_protocol import (FixedPoint, HuaProtocol, ProbingRecommender, ZeroProbeRecommender,
+                                   assert_recommender_blind, communication_per_iteration, difference_attack,
+                                   online_set_attack, recommender_view_epsilon, run_protocol, share_scale,
+                                   traffic_per_iteration, uniformity_pvalues)
+from dpmf_lit.privacy import hua_noise_shares
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +91,26 @@ def test_privacy_loss_is_unbounded_under_add_remove():
     A2, b2 = _item_system(U, np.r_[users, 20], np.r_[rating, 5.0], reg)              # one rating added
     loss = privacy_loss(np.outer([1.0, 10.0, 100.0, 1000.0], U[20]), A, b, A2, b2, eps, Delta)
     assert np.abs(loss[-1]) > 100 * eps and np.abs(loss[-1]) > 5 * np.abs(loss[-2])
-    # the Jacobian does not cancel: log det ratio = log(1 + u^T A^-1 u) > 0
-    assert np.linalg.slogdet(A2)[1] - np.linalg.slogdet(A)[1] == pytest.approx(math.log1p(U[20] @ np.linalg.solve(A, U[20])))
+    # the Jacobian does not cancel, but its ratio is bounded: log det ratio = log(1 + u^T A^-1 u) <= log(1 + 1/reg)
+    logdet = np.linalg.slogdet(A2)[1] - np.linalg.slogdet(A)[1]
+    assert logdet == pytest.approx(math.log1p(U[20] @ np.linalg.solve(A, U[20]))) and 0 < logdet <= math.log1p(1 / reg)
+    # the unbounded part is the output-dependent noise shift (r - u_p^T v) u_p: its slope along the ray
+    slope = eps / Delta * (np.linalg.norm(A @ U[20] + U[20]) - np.linalg.norm(A @ U[20]))
+    far = privacy_loss(1e6 * U[20][None], A, b, A2, b2, eps, Delta)[0]
+    assert slope > 0 and far / 1e6 == pytest.approx(slope, rel=1e-3)
+
+
+def test_add_remove_is_not_even_approximately_dp_uniformly_over_data():
+    # nearly collinear raters who disagree: the ridge prediction for a new rater is far outside [1, 5]
+    theta, k, reg, eps, Delta = 0.01, 10 ** 6, 5.0, 1.0, 4.0
+    u1, u2, up = np.array([1.0, 0.0]), np.array([math.cos(theta), math.sin(theta)]), np.array([0.0, 1.0])
+    A = k * (np.outer(u1, u1) + np.outer(u2, u2)) + reg * np.eye(2); b = k * (1.0 * u1 + 5.0 * u2)
+    A2, b2 = A + np.outer(up, up), b + 1.0 * up                                            # add (p, q, r=1)
+    assert up @ np.linalg.solve(A, b) > 100
+    v = np.linalg.solve(A, (b[None] - sample_item_noise(20000, 2, eps, Delta, seed=0)).T).T
+    loss = privacy_loss(v, A, b, A2, b2, eps, Delta)
+    delta_at_20 = np.mean(np.clip(1 - np.exp(20 - loss), 0, None))                        # hockey-stick divergence
+    assert delta_at_20 > 0.99
 
 
 def test_l2_laplace_noise_has_the_scale_the_proof_needs():
@@ -184,7 +204,23 @@ def test_scenario3_noise_is_exactly_eta_in_every_iteration_with_users_coming_and
         gsum = np.zeros((r.n_items, U.shape[1])); np.add.at(gsum, r.item[rows], grad)
         assert np.abs(g - gsum[items] - eta[items]).max() < 1e-4     # the online group changes; the noise does not
         checked += len(items)
-    assert checked > 0 and run.skipped >= 0
+    assert checked > r.n_items
+    assert len({tuple(rows) for rows, _ in models.values()}) == len(models) > 1               # the group really changed
+
+
+def test_scenario3_recommender_recovers_each_raters_rating_times_profile():
+    r = synthetic(120, 8, 800, rank=4, seed=3)
+    U = clip_rows(np.random.default_rng(5).standard_normal((r.n_users, 4)) * 0.6)
+    run = run_protocol(r, U, 1.0, reg=5.0, iters=250, scenario=3, p_online=0.5, seed=2, recommender_cls=ZeroProbeRecommender)
+    assert_recommender_blind(run)                                        # it only ever received sums of >= 2 users ...
+    for j in range(r.n_items):
+        rows, Y, eta = online_set_attack(run, j)                         # ... yet it gets every rater's r_ij u_i
+        np.testing.assert_allclose(-Y, r.rating[rows, None] * U[r.user[rows]], atol=1e-5)
+        np.testing.assert_allclose(eta, run.users.noise_total(r.n_items)[j], atol=1e-5)
+    everyone = run_protocol(r, U, 1.0, reg=5.0, iters=30, scenario=3, seed=2, recommender_cls=ZeroProbeRecommender)
+    with pytest.raises(ValueError, match="do not separate"): online_set_attack(everyone, 0)   # static group: no leak this way
+    fit = HuaProtocol(epsilon=1.0, d=4, iters=5, scenario=3, p_online=0.7, pmf_epochs=3).fit(r)
+    assert "no DP guarantee against the recommender" in fit.privacy.notes
 
 
 def test_users_messages_are_uniform_mod_p_as_the_third_party_sees_them(small):
@@ -220,6 +256,10 @@ def test_aggregate_noise_is_per_coordinate_laplace_not_l2_laplace():
     assert stats.kstest(eta.ravel(), "laplace", args=(0, b)).pvalue > 1e-3
     assert stats.kstest(eta.ravel(), "laplace", args=(0, b / 2)).pvalue < 1e-6
     assert stats.kstest(np.linalg.norm(eta, axis=1), "gamma", args=(5, 0, rating_sensitivity(big))).pvalue < 1e-3
+    # the actors' shares have the law of the privacy toolkit's hua_noise_shares (paper's unscaled loss: halve it)
+    toolkit = hua_noise_shares(4, 5, 1.0, rating_sensitivity(big), seed=1, n=4000).sum(axis=1)
+    assert stats.ks_2samp(eta.ravel(), toolkit.ravel() / 2).pvalue > 1e-3
+    assert stats.ks_2samp(eta.ravel(), toolkit.ravel()).pvalue < 1e-6                    # the 2x convention is detected
 
 
 def test_recommender_knowing_h_gets_a_weaker_than_pure_guarantee():
@@ -257,6 +297,9 @@ def test_protocol_bad_inputs(small):
     with pytest.raises(ValueError, match="scenario=5"): run_protocol(r, U, 1.0, scenario=5)
     with pytest.raises(ValueError, match="U must have shape"): run_protocol(r, U[:10], 1.0)
     with pytest.raises(ValueError, match="k=1"): HuaProtocol(k=1)
+    with pytest.raises(ValueError, match="k=3 needs scenario=3"): HuaProtocol(k=3, scenario=2)
+    with pytest.raises(ValueError, match="needs scenario=3"): run_protocol(r, U, 1.0, scenario=2, group_size=3)
+    with pytest.raises(ValueError, match="p_online=0"): run_protocol(r, U, 1.0, scenario=3, p_online=0)
     with pytest.raises(ValueError, match="epsilon=0"): HuaProtocol(epsilon=0)
     with pytest.raises(ValueError, match="too small"): HuaProtocol(modulus_bits=30)
     with pytest.raises(ValueError, match="fewer than k=2 raters"): HuaProtocol(d=3).fit(one)
