@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit, prange
 from .data import Ratings
 from .mf import PMF, FittedModel, Mechanism, PrivacyReport, register_mechanism, to_csr
-from .privacy import l2_laplace_noise, laplace_noise, _positive, _int_at_least   # the toolkit's argument checks
+from .privacy import l2_laplace_noise, laplace_noise, check_positive, check_int   # the toolkit's argument checks
 
 # %% auto #0
 __all__ = ['NOISES', 'rating_sensitivity', 'clip_rows', 'item_index', 'item_degrees', 'item_normal_equations',
@@ -29,7 +29,7 @@ def rating_sensitivity(ratings: Ratings, neighbouring: str = "replace") -> float
 
 def clip_rows(U, max_norm: float = 1.0) -> np.ndarray:
     "Rows of U scaled down to L2 norm <= max_norm (float64 copy)."
-    max_norm = _positive("max_norm", max_norm)
+    max_norm = check_positive("max_norm", max_norm)
     U = np.array(U, dtype=np.float64)
     norms = np.linalg.norm(U, axis=1)
     return U / np.maximum(1.0, norms / max_norm)[:, None]
@@ -99,7 +99,7 @@ def gd_step_sizes(ratings: Ratings, U, reg: float) -> np.ndarray:
 
 def gd_item_factors(ratings: Ratings, U, eta, reg: float, iters: int = 500, V0=None, step=None) -> np.ndarray:
     "The paper's gradient descent on the perturbed objective with U fixed, `iters` steps from V0 (default 0)."
-    iters = _int_at_least("iters", iters, 0)
+    iters = check_int("iters", iters, 0)
     U = np.ascontiguousarray(U, np.float64); eta = np.ascontiguousarray(eta, np.float64)
     if eta.shape != (ratings.n_items, U.shape[1]): raise ValueError(f"eta must have shape {(ratings.n_items, U.shape[1])}; got {eta.shape}")
     if not reg > 0: raise ValueError(f"reg={reg!r} must be > 0 for gradient descent")
@@ -113,8 +113,8 @@ NOISES = ("l2-laplace", "hua-decomposition")
 
 def sample_item_noise(n_items: int, d: int, epsilon: float, Delta: float, noise: str = "l2-laplace", seed=0) -> np.ndarray:
     "eta (n_items, d) for objective perturbation with L2 sensitivity Delta: density ∝ exp(-eps||eta||/Delta), or Hua's per-coordinate Laplace."
-    epsilon, Delta = _positive("epsilon", epsilon), _positive("Delta", Delta)
-    n_items, d = _int_at_least("n_items", n_items, 0), _int_at_least("d", d, 1)
+    epsilon, Delta = check_positive("epsilon", epsilon), check_positive("Delta", Delta)
+    n_items, d = check_int("n_items", n_items, 0), check_int("d", d, 1)
     if noise == "l2-laplace": return l2_laplace_noise(n_items, d, Delta / epsilon, seed)
     if noise == "hua-decomposition": return laplace_noise((n_items, d), Delta * math.sqrt(d) / epsilon, seed, np.float64)
     raise ValueError(f"noise={noise!r} must be one of {NOISES}")
@@ -134,13 +134,13 @@ class HuaDPMF(Mechanism):
                  noise: str = "l2-laplace", noise_multiplier: float = 1.0, max_norm: float = 1.0,
                  pmf_solver: str = "als", pmf_epochs: int = 20, pmf_reg: float = 0.1, pmf_lr: float | None = None,
                  seed: int = 0, threads: int | None = None):
-        _positive("epsilon", epsilon); _positive("noise_multiplier", noise_multiplier)
-        _positive("max_norm", max_norm); _int_at_least("d", d, 1); _int_at_least("gd_iters", gd_iters, 0)
-        _int_at_least("seed", seed, 0); _int_at_least("pmf_epochs", pmf_epochs, 1)
-        _positive("reg", reg)
+        check_positive("epsilon", epsilon); check_positive("noise_multiplier", noise_multiplier)
+        check_positive("max_norm", max_norm); check_int("d", d, 1); check_int("gd_iters", gd_iters, 0)
+        check_int("seed", seed, 0); check_int("pmf_epochs", pmf_epochs, 1)
+        check_positive("reg", reg)
         if solver not in ("closed", "gd"): raise ValueError(f"solver={solver!r} must be 'closed' or 'gd'")
         if noise not in NOISES: raise ValueError(f"noise={noise!r} must be one of {NOISES}")
-        if threads is not None: _int_at_least("threads", threads, 1)
+        if threads is not None: check_int("threads", threads, 1)
         self.epsilon, self.d, self.reg, self.solver, self.gd_iters = float(epsilon), int(d), float(reg), solver, int(gd_iters)
         self.noise, self.noise_multiplier, self.max_norm = noise, float(noise_multiplier), float(max_norm)
         self.pmf_solver, self.pmf_epochs, self.pmf_reg, self.pmf_lr = pmf_solver, int(pmf_epochs), float(pmf_reg), pmf_lr

@@ -13,7 +13,7 @@ import pandas as pd
 from numba import njit
 from .data import Ratings
 from .mf import PMF, FittedModel, Mechanism, PrivacyReport, register_mechanism
-from .privacy import gaussian_epsilon, hua_conditional_mu, _positive, _int_at_least   # toolkit checks
+from .privacy import gaussian_epsilon, hua_conditional_mu, check_positive, check_int   # toolkit checks
 from .hua import clip_rows, gd_item_factors, gd_step_sizes, item_degrees, rating_sensitivity
 
 # %% auto #0
@@ -25,7 +25,7 @@ __all__ = ['HEADER_BYTES', 'share_scale', 'recommender_view_epsilon', 'FixedPoin
 # %% ../nbs/04_hua_protocol.ipynb #5d29f273
 def share_scale(epsilon: float, Delta: float, d: int) -> float:
     "b = Delta sqrt(d) / epsilon: the per-coordinate Laplace scale of the summed shares (1/2-scaled loss)."
-    return _positive("Delta", Delta) * math.sqrt(_int_at_least("d", d, 1)) / _positive("epsilon", epsilon)
+    return check_positive("Delta", Delta) * math.sqrt(check_int("d", d, 1)) / check_positive("epsilon", epsilon)
 
 def recommender_view_epsilon(H, epsilon: float, Delta: float, delta: float = 1e-5) -> float:
     "epsilon at `delta` of the summed shares for an adversary who knows H (the recommender): one Gaussian mechanism."
@@ -52,7 +52,7 @@ class FixedPoint:
     bound: float = 1e6    # declared bound on |any encoded value or aggregate|
 
     def __post_init__(self):
-        _positive("scale", self.scale); _positive("bound", self.bound)
+        check_positive("scale", self.scale); check_positive("bound", self.bound)
         if isinstance(self.modulus, bool) or not isinstance(self.modulus, (int, np.integer)) or not 2 <= self.modulus <= 2 ** 62:
             raise ValueError(f"modulus={self.modulus!r} must be an integer in [2, 2**62]")
         need = 2 * math.ceil(self.bound * self.scale) + 1
@@ -280,8 +280,8 @@ def run_protocol(ratings: Ratings, U, epsilon: float, reg: float = 5.0, iters: i
                  Delta: float | None = None, seed: int = 0, keep_view: bool = True, taps=(),
                  recommender_cls=None) -> ProtocolRun:
     "Simulate Scenario 2 or 3 of Hua et al. on `ratings` with users' profiles U (rows clipped to norm <= 1)."
-    epsilon, reg = _positive("epsilon", epsilon), _positive("reg", reg)
-    iters = _int_at_least("iters", iters, 0)
+    epsilon, reg = check_positive("epsilon", epsilon), check_positive("reg", reg)
+    iters = check_int("iters", iters, 0)
     if scenario not in (2, 3): raise ValueError(f"scenario={scenario!r} must be 2 or 3")
     if not (isinstance(p_online, (int, float)) and 0 < p_online <= 1): raise ValueError(f"p_online={p_online!r} must be in (0, 1]")
     if scenario == 2 and p_online != 1: raise ValueError(f"p_online={p_online} needs scenario=3 (Scenario 2 has static users)")
@@ -291,7 +291,7 @@ def run_protocol(ratings: Ratings, U, epsilon: float, reg: float = 5.0, iters: i
     k = check_protocol_input(ratings, U)
     U = clip_rows(U, 1.0)
     d = U.shape[1]
-    Delta = rating_sensitivity(ratings) if Delta is None else _positive("Delta", Delta)
+    Delta = rating_sensitivity(ratings) if Delta is None else check_positive("Delta", Delta)
     codec = codec or FixedPoint()
     ss = np.random.SeedSequence([seed, 2]).spawn(4)
     users = Users(ratings, U, codec, share_scale(epsilon, Delta, d), ss[0])
@@ -440,7 +440,7 @@ class HuaProtocol(Mechanism):
                  p_online: float = 1.0, k: int | None = None, scale_bits: int = 24, modulus_bits: int = 62,
                  bound: float = 1e6, sparse_items: str = "error", pmf_solver: str = "als", pmf_epochs: int = 20,
                  pmf_reg: float = 0.1, seed: int = 0, threads: int | None = None):
-        _positive("epsilon", epsilon); _positive("reg", reg); _int_at_least("d", d, 1); _int_at_least("iters", iters, 0)
+        check_positive("epsilon", epsilon); check_positive("reg", reg); check_int("d", d, 1); check_int("iters", iters, 0)
         if scenario not in (2, 3): raise ValueError(f"scenario={scenario!r} must be 2 or 3")
         if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 2):
             raise ValueError(f"k={k!r} must be an integer >= 2 (one user's share would be the whole noise)")
@@ -448,7 +448,7 @@ class HuaProtocol(Mechanism):
         if scenario == 2 and p_online != 1: raise ValueError(f"p_online={p_online} needs scenario=3 (Scenario 2 has static users)")
         if scenario == 2 and k is not None: raise ValueError(f"k={k} needs scenario=3 (in Scenario 2 every rater of an item carries a share)")
         if sparse_items not in ("error", "drop"): raise ValueError(f"sparse_items={sparse_items!r} must be 'error' or 'drop'")
-        _int_at_least("scale_bits", scale_bits, 1); _int_at_least("modulus_bits", modulus_bits, 2); _int_at_least("seed", seed, 0)
+        check_int("scale_bits", scale_bits, 1); check_int("modulus_bits", modulus_bits, 2); check_int("seed", seed, 0)
         if modulus_bits > 62: raise ValueError(f"modulus_bits={modulus_bits} must be <= 62")
         self.epsilon, self.d, self.reg, self.iters, self.scenario = float(epsilon), int(d), float(reg), int(iters), int(scenario)
         self.p_online, self.k, self.scale_bits, self.modulus_bits, self.bound = float(p_online), k, int(scale_bits), int(modulus_bits), float(bound)

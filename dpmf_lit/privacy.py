@@ -17,18 +17,20 @@ from .data import Ratings
 from .mf import PrivacyReport
 
 # %% auto #0
-__all__ = ['NEIGHBOURING', 'DEFAULT_ORDERS', 'gaussian_noise', 'laplace_noise', 'gaussian_delta', 'gaussian_epsilon',
-           'gaussian_sigma_analytic', 'gaussian_sigma_classic', 'laplace_mechanism', 'gaussian_mechanism',
-           'l2_laplace_noise', 'hua_noise_shares', 'hua_conditional_mu', 'gaussian_rdp', 'laplace_rdp', 'pure_dp_rdp',
-           'rdp_to_dp', 'mugdho_imtiaz_epsilon', 'classic_noise_multiplier', 'gaussian_epsilon_classic_optimum',
-           'gaussian_epsilon_exact', 'gaussian_epsilon_rdp', 'dp_accounting_rdp_epsilon', 'dp_accounting_pld_epsilon',
-           'ops_epsilon', 'ops_likelihood_scale', 'personalized_user_epsilon', 'PrivacySpec', 'pdp_privacy_spec',
-           'sampling_probability', 'pdp_sample', 'check_probabilities', 'pdp_report', 'PrivacyAccountant']
+__all__ = ['NEIGHBOURING', 'DEFAULT_ORDERS', 'check_positive', 'check_int', 'gaussian_noise', 'laplace_noise', 'gaussian_delta',
+           'gaussian_epsilon', 'gaussian_sigma_analytic', 'gaussian_sigma_classic', 'laplace_mechanism',
+           'gaussian_mechanism', 'l2_laplace_noise', 'hua_noise_shares', 'hua_conditional_mu', 'gaussian_rdp',
+           'laplace_rdp', 'pure_dp_rdp', 'rdp_to_dp', 'mugdho_imtiaz_epsilon', 'classic_noise_multiplier',
+           'gaussian_epsilon_classic_optimum', 'gaussian_epsilon_exact', 'gaussian_epsilon_rdp',
+           'dp_accounting_rdp_epsilon', 'dp_accounting_pld_epsilon', 'ops_epsilon', 'ops_likelihood_scale',
+           'personalized_user_epsilon', 'PrivacySpec', 'pdp_privacy_spec', 'sampling_probability', 'pdp_sample',
+           'check_probabilities', 'pdp_report', 'PrivacyAccountant']
 
 # %% ../nbs/02_privacy.ipynb #7f6fdedf
 NEIGHBOURING = ("add_remove", "replace")
 
-def _positive(name: str, value) -> float:
+def check_positive(name: str, value) -> float:
+    "`value` as a float, or a ValueError naming `name` unless it is a finite number > 0."
     try: v = float(value)
     except (TypeError, ValueError): raise ValueError(f"{name}={value!r} must be a number > 0") from None
     if not (math.isfinite(v) and v > 0): raise ValueError(f"{name}={value} must be a finite number > 0")
@@ -40,7 +42,8 @@ def _open_unit(name: str, value) -> float:
     if not 0 < v < 1: raise ValueError(f"{name}={value} must be in (0, 1)")
     return v
 
-def _int_at_least(name: str, value, low: int) -> int:
+def check_int(name: str, value, low: int) -> int:
+    "`value` as an int, or a ValueError naming `name` unless it is an integer >= `low`."
     try: ok = not isinstance(value, bool) and int(value) == value and value >= low
     except (TypeError, ValueError): ok = False
     if not ok: raise ValueError(f"{name}={value!r} must be an integer >= {low}")
@@ -77,11 +80,11 @@ def _noise(fill, size, scale, seed, dtype):
 
 def gaussian_noise(size, sigma: float, seed=0, dtype=np.float32) -> np.ndarray:
     "`size` draws of N(0, sigma^2) (numba loop over a numpy Generator; throughput measured in the notebook)."
-    return _noise(_fill_normal, size, _positive("sigma", sigma), seed, dtype)
+    return _noise(_fill_normal, size, check_positive("sigma", sigma), seed, dtype)
 
 def laplace_noise(size, scale: float, seed=0, dtype=np.float32) -> np.ndarray:
     "`size` draws of the Laplace distribution with density exp(-|x|/scale)/(2 scale)."
-    return _noise(_fill_laplace, size, _positive("scale", scale), seed, dtype)
+    return _noise(_fill_laplace, size, check_positive("scale", scale), seed, dtype)
 
 # %% ../nbs/02_privacy.ipynb #6f043ef9
 def _log_gaussian_delta(z: float, eps: float) -> float:
@@ -93,7 +96,7 @@ def _log_gaussian_delta(z: float, eps: float) -> float:
 
 def gaussian_delta(noise_multiplier: float, epsilon: float) -> float:
     "Exact delta at which N(0, (z*Delta)^2) noise on a Delta-sensitive query is (epsilon, delta)-DP."
-    z = _positive("noise_multiplier", noise_multiplier)
+    z = check_positive("noise_multiplier", noise_multiplier)
     try: e = float(epsilon)
     except (TypeError, ValueError): raise ValueError(f"epsilon={epsilon!r} must be a number >= 0") from None
     if not (math.isfinite(e) and e >= 0): raise ValueError(f"epsilon={epsilon} must be a finite number >= 0")
@@ -101,7 +104,7 @@ def gaussian_delta(noise_multiplier: float, epsilon: float) -> float:
 
 def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
     "Smallest epsilon with gaussian_delta(z, epsilon) <= delta (exact, one Gaussian mechanism)."
-    z, d = _positive("noise_multiplier", noise_multiplier), _open_unit("delta", delta)
+    z, d = check_positive("noise_multiplier", noise_multiplier), _open_unit("delta", delta)
     if _log_gaussian_delta(z, 0.0) <= math.log(d): return 0.0
     hi = 1.0
     while _log_gaussian_delta(z, hi) > math.log(d): hi *= 2
@@ -109,7 +112,7 @@ def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
 
 def gaussian_sigma_analytic(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
     "Smallest sigma making the Gaussian mechanism (epsilon, delta)-DP (analytic Gaussian, Balle & Wang 2018)."
-    e, d, s = _positive("epsilon", epsilon), _open_unit("delta", delta), _positive("sensitivity", sensitivity)
+    e, d, s = check_positive("epsilon", epsilon), _open_unit("delta", delta), check_positive("sensitivity", sensitivity)
     f = lambda u: _log_gaussian_delta(math.exp(u), e) - math.log(d)   # decreasing in u = log z
     lo, hi = -1.0, 1.0
     while f(lo) < 0: lo -= 2
@@ -119,7 +122,7 @@ def gaussian_sigma_analytic(epsilon: float, delta: float, sensitivity: float = 1
 
 def gaussian_sigma_classic(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
     "sigma = sensitivity * sqrt(2 ln(1.25/delta)) / epsilon (Dwork & Roth Thm A.1); refuses epsilon >= 1."
-    e, d, s = _positive("epsilon", epsilon), _open_unit("delta", delta), _positive("sensitivity", sensitivity)
+    e, d, s = check_positive("epsilon", epsilon), _open_unit("delta", delta), check_positive("sensitivity", sensitivity)
     if e >= 1: raise ValueError(f"epsilon={epsilon} >= 1: the classic Gaussian calibration is only proven for "
                                 "epsilon < 1; use gaussian_sigma_analytic(epsilon, delta, sensitivity)")
     return s * math.sqrt(2 * math.log(1.25 / d)) / e
@@ -127,7 +130,7 @@ def gaussian_sigma_classic(epsilon: float, delta: float, sensitivity: float = 1.
 # %% ../nbs/02_privacy.ipynb #4b4895f5
 def laplace_mechanism(value, l1_sensitivity: float, epsilon: float, seed=0) -> np.ndarray:
     "value + i.i.d. Laplace(l1_sensitivity/epsilon) noise: epsilon-DP for that l1 sensitivity."
-    b = _positive("l1_sensitivity", l1_sensitivity) / _positive("epsilon", epsilon)
+    b = check_positive("l1_sensitivity", l1_sensitivity) / check_positive("epsilon", epsilon)
     value = np.asarray(value, dtype=np.float64)
     return value + laplace_noise(value.shape, b, seed, np.float64)
 
@@ -142,7 +145,7 @@ def gaussian_mechanism(value, l2_sensitivity: float, epsilon: float, delta: floa
 # %% ../nbs/02_privacy.ipynb #e16d52c6
 def l2_laplace_noise(n: int, d: int, scale: float, seed=0) -> np.ndarray:
     "n draws (rows) of eta in R^d with density proportional to exp(-||eta||_2 / scale): Gamma(d, scale) radius, uniform direction."
-    n, d, scale = _int_at_least("n", n, 0), _int_at_least("d", d, 1), _positive("scale", scale)
+    n, d, scale = check_int("n", n, 0), check_int("d", d, 1), check_positive("scale", scale)
     g = _generator(seed)
     r = g.gamma(d, scale, size=n)
     u = g.standard_normal((n, d))
@@ -154,9 +157,9 @@ def hua_noise_shares(k: int, d: int, epsilon: float, Delta: float, seed=0, n: in
     """Hua et al.'s noise shares eta^(s)[l] = (2 Delta sqrt(d)/epsilon) sqrt(2 H[l]) C_s[l], H ~ Exp(1) shared,
     C_s ~ N(0, 1/k) per user: shape (k, d), or (n, k, d) for n independent items. Their sum over the k shares is
     i.i.d. Laplace(2 Delta sqrt(d)/epsilon) per coordinate."""
-    k, d = _int_at_least("k", k, 1), _int_at_least("d", d, 1)
-    e, D = _positive("epsilon", epsilon), _positive("Delta", Delta)
-    m = 1 if n is None else _int_at_least("n", n, 0)
+    k, d = check_int("k", k, 1), check_int("d", d, 1)
+    e, D = check_positive("epsilon", epsilon), check_positive("Delta", Delta)
+    m = 1 if n is None else check_int("n", n, 0)
     g = _generator(seed)
     H = g.standard_exponential((m, 1, d))
     C = g.standard_normal((m, k, d)) / math.sqrt(k)
@@ -167,7 +170,7 @@ def hua_conditional_mu(H, epsilon: float, Delta: float) -> float:
     "Gaussian-DP mu of Hua's summed noise for an adversary who knows H (l2 sensitivity 2*Delta): 2Delta/(b sqrt(2 min H))."
     H = np.asarray(H, dtype=np.float64)
     if H.ndim != 1 or H.size < 1 or not np.all(H > 0): raise ValueError(f"H must be a non-empty 1-D array of positive values, got shape {H.shape}")
-    b = 2 * _positive("Delta", Delta) * math.sqrt(H.size) / _positive("epsilon", epsilon)
+    b = 2 * check_positive("Delta", Delta) * math.sqrt(H.size) / check_positive("epsilon", epsilon)
     return 2 * Delta / (b * math.sqrt(2 * H.min()))
 
 # %% ../nbs/02_privacy.ipynb #551d023b
@@ -184,18 +187,18 @@ def _orders(orders) -> np.ndarray:
 
 def gaussian_rdp(noise_multiplier: float, count: int = 1, orders=None) -> np.ndarray:
     "RDP curve alpha * count / (2 z^2) of `count` Gaussian mechanisms with noise multiplier z = sigma / l2 sensitivity."
-    z, c = _positive("noise_multiplier", noise_multiplier), _int_at_least("count", count, 1)
+    z, c = check_positive("noise_multiplier", noise_multiplier), check_int("count", count, 1)
     return _orders(orders) * c / (2 * z * z)
 
 def laplace_rdp(epsilon: float, count: int = 1, orders=None) -> np.ndarray:
     "RDP curve of `count` Laplace mechanisms with epsilon = l1 sensitivity / scale (Mironov 2017, Table II)."
-    e, c, a = _positive("epsilon", epsilon), _int_at_least("count", count, 1), _orders(orders)
+    e, c, a = check_positive("epsilon", epsilon), check_int("count", count, 1), _orders(orders)
     t = np.logaddexp(np.log(a / (2 * a - 1)) + (a - 1) * e, np.log((a - 1) / (2 * a - 1)) - a * e)
     return c * np.minimum(t / (a - 1), e)
 
 def pure_dp_rdp(epsilon: float, count: int = 1, orders=None) -> np.ndarray:
     "RDP bound min(eps, alpha eps^2 / 2) of `count` arbitrary epsilon-DP steps (Bun & Steinke 2016)."
-    e, c, a = _positive("epsilon", epsilon), _int_at_least("count", count, 1), _orders(orders)
+    e, c, a = check_positive("epsilon", epsilon), check_int("count", count, 1), _orders(orders)
     return c * np.minimum(e, a * e * e / 2)
 
 def rdp_to_dp(rdp, delta: float, orders=None, conversion: str = "improved") -> tuple[float, float]:
@@ -216,8 +219,8 @@ def rdp_to_dp(rdp, delta: float, orders=None, conversion: str = "improved") -> t
 # %% ../nbs/02_privacy.ipynb #6560933c
 def mugdho_imtiaz_epsilon(J: int, epsilon_i: float, delta: float, delta_r: float) -> float:
     "Closed form eps_opt = rho + 2 sqrt(rho ln(1/delta_r)), rho = J eps_i^2 / (4 ln(1.25/delta)) (paper 003, Thm 2)."
-    J = _int_at_least("J", J, 1)
-    e, d, dr = _positive("epsilon_i", epsilon_i), _open_unit("delta", delta), _open_unit("delta_r", delta_r)
+    J = check_int("J", J, 1)
+    e, d, dr = check_positive("epsilon_i", epsilon_i), _open_unit("delta", delta), _open_unit("delta_r", delta_r)
     rho = J * e * e / (4 * math.log(1.25 / d))
     return rho + 2 * math.sqrt(rho * math.log(1 / dr))
 
@@ -227,7 +230,7 @@ def classic_noise_multiplier(epsilon: float, delta: float) -> float:
 
 def gaussian_epsilon_classic_optimum(noise_multiplier: float, count: int, delta: float) -> tuple[float, float]:
     "min over real alpha > 1 of alpha*count/(2z^2) + ln(1/delta)/(alpha-1), numerically; returns (epsilon, alpha)."
-    z, c, d = _positive("noise_multiplier", noise_multiplier), _int_at_least("count", count, 1), _open_unit("delta", delta)
+    z, c, d = check_positive("noise_multiplier", noise_multiplier), check_int("count", count, 1), _open_unit("delta", delta)
     rho, L = c / (2 * z * z), math.log(1 / d)
     f = lambda u: (1 + math.exp(u)) * rho + L / math.exp(u)      # alpha = 1 + e^u
     r = optimize.minimize_scalar(f, bracket=(-20.0, 0.0, 20.0), tol=1e-12)
@@ -235,7 +238,7 @@ def gaussian_epsilon_classic_optimum(noise_multiplier: float, count: int, delta:
 
 def gaussian_epsilon_exact(noise_multiplier: float, count: int, delta: float) -> float:
     "Tight epsilon of `count` Gaussian mechanisms: one Gaussian with multiplier z/sqrt(count) (GDP composition)."
-    z, c = _positive("noise_multiplier", noise_multiplier), _int_at_least("count", count, 1)
+    z, c = check_positive("noise_multiplier", noise_multiplier), check_int("count", count, 1)
     return gaussian_epsilon(z / math.sqrt(c), delta)
 
 def gaussian_epsilon_rdp(noise_multiplier: float, count: int, delta: float, conversion: str = "improved", orders=None) -> float:
@@ -246,7 +249,7 @@ def gaussian_epsilon_rdp(noise_multiplier: float, count: int, delta: float, conv
 def dp_accounting_rdp_epsilon(noise_multiplier: float, count: int, delta: float) -> float:
     "Google dp_accounting's RdpAccountant on SelfComposedDpEvent(GaussianDpEvent(z), count)."
     import dp_accounting
-    z, c, d = _positive("noise_multiplier", noise_multiplier), _int_at_least("count", count, 1), _open_unit("delta", delta)
+    z, c, d = check_positive("noise_multiplier", noise_multiplier), check_int("count", count, 1), _open_unit("delta", delta)
     acc = dp_accounting.rdp.RdpAccountant()
     acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), c))
     return float(acc.get_epsilon(d))
@@ -255,23 +258,23 @@ def dp_accounting_pld_epsilon(noise_multiplier: float, count: int, delta: float,
     "Google dp_accounting's PLDAccountant (tight up to `discretization`) on the same composition."
     import dp_accounting
     from dp_accounting.pld import pld_privacy_accountant
-    z, c, d = _positive("noise_multiplier", noise_multiplier), _int_at_least("count", count, 1), _open_unit("delta", delta)
-    acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=_positive("discretization", discretization))
+    z, c, d = check_positive("noise_multiplier", noise_multiplier), check_int("count", count, 1), _open_unit("delta", delta)
+    acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=check_positive("discretization", discretization))
     acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), c))
     return float(acc.get_epsilon(d))
 
 # %% ../nbs/02_privacy.ipynb #dd63935d
 def ops_epsilon(B: float, neighbouring: str = "replace") -> float:
     "epsilon of one posterior sample when |log p(x|theta)| <= B per record: 4B (replace) or 2B (add_remove)."
-    return (4.0 if _neighbouring(neighbouring) == "replace" else 2.0) * _positive("B", B)
+    return (4.0 if _neighbouring(neighbouring) == "replace" else 2.0) * check_positive("B", B)
 
 def ops_likelihood_scale(epsilon: float, B: float, neighbouring: str = "replace") -> float:
     "gamma with which to power the likelihood (temperature 1/gamma) so that one posterior sample is epsilon-DP."
-    return _positive("epsilon", epsilon) / ops_epsilon(B, neighbouring)
+    return check_positive("epsilon", epsilon) / ops_epsilon(B, neighbouring)
 
 def personalized_user_epsilon(weights, base_epsilon: float) -> np.ndarray:
     "Per-user guarantees w_i * epsilon for per-user likelihood weights w_i >= 0 (Liu et al. 2015)."
-    e = _positive("base_epsilon", base_epsilon)
+    e = check_positive("base_epsilon", base_epsilon)
     w = np.asarray(weights, dtype=np.float64)
     bad = ~(np.isfinite(w) & (w >= 0))
     if bad.any(): raise ValueError(f"weights must be finite and >= 0; weights[{int(np.argmax(bad))}]={w.ravel()[np.argmax(bad.ravel())]}")
@@ -323,7 +326,7 @@ def pdp_privacy_spec(ratings: Ratings, f_c: float = 0.54, f_m: float = 0.37, eps
         if not ok: raise ValueError(f"{name}={f!r} must be a number in [0, 1]")
     f_c, f_m = float(f_c), float(f_m)
     if f_c + f_m > 1 + 1e-12: raise ValueError(f"f_c + f_m = {f_c + f_m} must be <= 1")
-    eps_c, eps_m, eps_l = _positive("eps_c", eps_c), _positive("eps_m", eps_m), _positive("eps_l", eps_l)
+    eps_c, eps_m, eps_l = check_positive("eps_c", eps_c), check_positive("eps_m", eps_m), check_positive("eps_l", eps_l)
     if not eps_c < eps_m < eps_l: raise ValueError(f"need eps_c < eps_m < eps_l, got {eps_c}, {eps_m}, {eps_l}")
     g, n = _generator(seed), len(ratings)
     n_c = int(round(f_c * n)); n_m = min(int(round(f_m * n)), n - n_c)
@@ -335,7 +338,7 @@ def pdp_privacy_spec(ratings: Ratings, f_c: float = 0.54, f_m: float = 0.37, eps
 # %% ../nbs/02_privacy.ipynb #7f996323
 def sampling_probability(epsilon, t: float) -> np.ndarray:
     "pi(eps, t) = (e^eps - 1)/(e^t - 1) where eps < t, else 1 (Jorgensen et al. 2015; paper 001 Eq. 11)."
-    t = _positive("t", t)
+    t = check_positive("t", t)
     e = np.asarray(epsilon, dtype=np.float64)
     bad = ~(np.isfinite(e) & (e > 0))
     if bad.any(): raise ValueError(f"epsilon must be finite and > 0; got {e.ravel()[np.argmax(bad.ravel())]}")
@@ -343,7 +346,7 @@ def sampling_probability(epsilon, t: float) -> np.ndarray:
 
 def pdp_sample(spec: PrivacySpec, t: float, seed=0) -> np.ndarray:
     "Boolean keep-mask: rating n kept with probability pi(epsilon[n], t); t must lie in [min eps, max eps]."
-    t = _positive("t", t)
+    t = check_positive("t", t)
     lo, hi = float(spec.epsilon.min()), float(spec.epsilon.max())
     if not lo - 1e-12 <= t <= hi + 1e-12: raise ValueError(f"t={t} must lie in [min epsilon, max epsilon] = [{lo}, {hi}]")
     return _generator(seed).random(len(spec)) < sampling_probability(spec.epsilon, t)
@@ -359,7 +362,7 @@ def check_probabilities(p, name: str = "p") -> np.ndarray:
 def pdp_report(spec: PrivacySpec, t: float, released=("V",), notes: str = "") -> PrivacyReport:
     """Privacy report of sample-then-t-DP (add/remove one rating): rating (i,j) gets min(epsilon_ij, t);
     the report's epsilon is the worst case over ratings, min(max epsilon_ij, t) = t."""
-    t = _positive("t", t)
+    t = check_positive("t", t)
     e = spec.epsilon
     lo, hi = float(e.min()), float(e.max())
     if not lo - 1e-12 <= t <= hi + 1e-12: raise ValueError(f"t={t} must lie in [min epsilon, max epsilon] = [{lo}, {hi}]")
@@ -383,15 +386,15 @@ class PrivacyAccountant:
 
     def gaussian(self, noise_multiplier: float, count: int = 1, label: str = "gaussian") -> "PrivacyAccountant":
         "Record `count` Gaussian mechanisms with sigma = noise_multiplier * l2 sensitivity."
-        self.events.append(("gaussian", _positive("noise_multiplier", noise_multiplier), _int_at_least("count", count, 0), label)); return self
+        self.events.append(("gaussian", check_positive("noise_multiplier", noise_multiplier), check_int("count", count, 0), label)); return self
 
     def laplace(self, epsilon: float, count: int = 1, label: str = "laplace") -> "PrivacyAccountant":
         "Record `count` Laplace mechanisms with scale = l1 sensitivity / epsilon."
-        self.events.append(("laplace", _positive("epsilon", epsilon), _int_at_least("count", count, 0), label)); return self
+        self.events.append(("laplace", check_positive("epsilon", epsilon), check_int("count", count, 0), label)); return self
 
     def pure(self, epsilon: float, count: int = 1, label: str = "pure") -> "PrivacyAccountant":
         "Record `count` steps that are each epsilon-DP (any mechanism)."
-        self.events.append(("pure", _positive("epsilon", epsilon), _int_at_least("count", count, 0), label)); return self
+        self.events.append(("pure", check_positive("epsilon", epsilon), check_int("count", count, 0), label)); return self
 
     def __add__(self, other: "PrivacyAccountant") -> "PrivacyAccountant":
         if (self.unit, self.neighbouring) != (other.unit, other.neighbouring):
@@ -429,7 +432,7 @@ class PrivacyAccountant:
             return float(sum(p * c for _, p, c, _ in ev)), 0.0, "pure composition (sum of epsilons)"
         d = _open_unit("delta", delta)
         if method == "rdp": return rdp_to_dp(self.rdp(), d)[0], d, "RDP (improved conversion, Canonne-Kamath-Steinke 2020)"
-        return self._pld_epsilon(d, _positive("discretization", discretization)), d, "PLD (dp_accounting)"
+        return self._pld_epsilon(d, check_positive("discretization", discretization)), d, "PLD (dp_accounting)"
 
     def report(self, delta: float = 0.0, method: str = "auto", notes: str = "") -> PrivacyReport:
         "The `PrivacyReport` of the recorded steps."
