@@ -238,28 +238,25 @@ def mf_gradient(user, item, rating, P, Q, bu, bi, mu, reg_u, reg_v, reg_bias, us
             gQ[i, f] -= e * P[u, f]
         if use_bias:
             gbu[u] -= e; gbi[i] -= e
-    pen = 0.0
-    for u in range(P.shape[0]):
-        w = cu[u] if weighted else 1.0
-        s = 0.0
-        for f in range(d):
-            gP[u, f] += np.float32(reg_u * w) * P[u, f]
-            s += P[u, f] * P[u, f]
-        pen += reg_u * w * s
-        if use_bias:
-            gbu[u] += np.float32(reg_bias * w) * bu[u]
-            pen += reg_bias * w * bu[u] * bu[u]
-    for i in range(Q.shape[0]):
-        w = ci[i] if weighted else 1.0
-        s = 0.0
-        for f in range(d):
-            gQ[i, f] += np.float32(reg_v * w) * Q[i, f]
-            s += Q[i, f] * Q[i, f]
-        pen += reg_v * w * s
-        if use_bias:
-            gbi[i] += np.float32(reg_bias * w) * bi[i]
-            pen += reg_bias * w * bi[i] * bi[i]
+    pen = _add_ridge(P, bu, cu, reg_u, reg_bias, use_bias, weighted, gP, gbu)
+    pen += _add_ridge(Q, bi, ci, reg_v, reg_bias, use_bias, weighted, gQ, gbi)
     return 0.5 * (sse + pen), sse
+
+@njit(**_JIT)
+def _add_ridge(F, b, counts, reg, reg_bias, use_bias, weighted, gF, gb):
+    "Add the ridge terms of one side (users or items) to its gradient; return their penalty sum."
+    pen = 0.0
+    for r in range(F.shape[0]):
+        w = counts[r] if weighted else 1.0
+        s = 0.0
+        for f in range(F.shape[1]):
+            gF[r, f] += np.float32(reg * w) * F[r, f]
+            s += F[r, f] * F[r, f]
+        pen += reg * w * s
+        if use_bias:
+            gb[r] += np.float32(reg_bias * w) * b[r]
+            pen += reg_bias * w * b[r] * b[r]
+    return pen
 
 @njit(**_JIT)
 def gd_step(user, item, rating, P, Q, bu, bi, mu, lr, reg_u, reg_v, reg_bias, use_bias, weighted,
