@@ -581,10 +581,15 @@ def _execute(tasks: list, jobs: int, dask_address: str | None):
 
 # %% ../nbs/92_reproduce.ipynb #00f1d676
 def _seed(entry: Entry, params: dict):
-    if "seed" in params: return params["seed"]
-    default = notebook_parameters(entry.notebook).get("seed")
-    with contextlib.suppress(ValueError, SyntaxError, TypeError): return ast.literal_eval(default)
-    return None
+    """The run's seed: its `seed` parameter (or the notebook's default); for a notebook without one,
+    every seed-like parameter (`split_seed`, `n_seeds`, ...) with its value; None if there is none."""
+    defaults = notebook_parameters(entry.notebook)
+    def value(name):
+        if name in params: return params[name]
+        with contextlib.suppress(ValueError, SyntaxError, TypeError): return ast.literal_eval(defaults.get(name))
+        return None
+    if "seed" in params or "seed" in defaults: return value("seed")
+    return {k: value(k) for k in sorted(set(params) | set(defaults)) if "seed" in k} or None
 
 def _commit(entry, profile, settings, task, res, hashes, revision) -> Outcome:
     "Move a successful run's outputs into place, then its results record, then its stamp."
