@@ -59,5 +59,7 @@ preview: install
 
 lock:
 	{ echo "# Tested versions of every dependency (CPython 3.11, Linux x86_64). Used by 'make install' as pip constraints."; \
-	  echo "# Regenerate with 'make lock' after upgrading and re-running 'make test'."; \
-	  $(BIN)/python -m pip freeze --exclude-editable | grep -v -e '^-e' -e '^dpmf'; } > $(CONSTRAINTS)
+	  echo "# They apply on Python >= 3.11 (several pins, e.g. numpy 2.4, need 3.11); on Python 3.10 pip resolves"; \
+	  echo "# freely within pyproject.toml's lower bounds (untested). Regenerate with 'make lock' after upgrading"; \
+	  echo "# and re-running 'make test'."; \
+	  $(BIN)/python -m pip freeze --exclude-editable | grep -v -e '^-e' -e '^dpmf' | sed 's/$$/ ; python_version >= "3.11"/'; } > $(CONSTRAINTS)
