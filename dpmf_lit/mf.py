@@ -215,6 +215,17 @@ def sgd_epoch_parallel(user, item, rating, ptr, P, Q, bu, bi, mu, lr, reg, reg_b
 
 # %% ../nbs/01_mf.ipynb #a378c44d
 @njit(**_JIT)
+def _predict_one(u, i, P, Q, bu, bi, mu, use_bias):
+    "mu (+ bu[u] + bi[i]) + P[u].Q[i] in float32."
+    dot = np.float32(0.0)
+    for f in range(P.shape[1]):
+        dot += P[u, f] * Q[i, f]
+    pred = np.float32(mu) + dot
+    if use_bias:
+        pred += bu[u] + bi[i]
+    return pred
+
+@njit(**_JIT)
 def mf_gradient(user, item, rating, P, Q, bu, bi, mu, reg_u, reg_v, reg_bias, use_bias, weighted, gP, gQ, gbu, gbi):
     """Objective E and its gradient at (P, Q, bu, bi), written into gP, gQ, gbu, gbi (float32, same shapes).
     Returns (E, sum of squared residuals)."""
@@ -224,13 +235,7 @@ def mf_gradient(user, item, rating, P, Q, bu, bi, mu, reg_u, reg_v, reg_bias, us
     sse = 0.0
     for k in range(user.shape[0]):
         u = user[k]; i = item[k]
-        dot = np.float32(0.0)
-        for f in range(d):
-            dot += P[u, f] * Q[i, f]
-        pred = np.float32(mu) + dot
-        if use_bias:
-            pred += bu[u] + bi[i]
-        e = rating[k] - pred
+        e = rating[k] - _predict_one(u, i, P, Q, bu, bi, mu, use_bias)
         sse += e * e
         cu[u] += 1.0; ci[i] += 1.0
         for f in range(d):
@@ -352,15 +357,8 @@ def als_sweep(indptr, idx, val, X, Y, bx, by, mu, reg, reg_bias, use_bias, weigh
 def predict_kernel(user, item, P, Q, bu, bi, mu, use_bias, lo, hi):
     "Clipped predictions mu + bu + bi + P[u].Q[i] for aligned `user`, `item` arrays (float32)."
     out = np.empty(user.shape[0], np.float32)
-    d = P.shape[1]
     for k in prange(user.shape[0]):
-        u = user[k]; i = item[k]
-        dot = np.float32(0.0)
-        for f in range(d):
-            dot += P[u, f] * Q[i, f]
-        p = np.float32(mu) + dot
-        if use_bias:
-            p += bu[u] + bi[i]
+        p = _predict_one(user[k], item[k], P, Q, bu, bi, mu, use_bias)
         out[k] = min(max(p, np.float32(lo)), np.float32(hi))
     return out
 
