@@ -23,8 +23,8 @@ from .data import Ratings
 # %% auto #0
 __all__ = ['PREFETCH_AHEAD', 'MECHANISMS', 'MECHANISM_MODULES', 'PrivacyReport', 'prefetch_row', 'prefetch_item', 'sgd_epoch',
            'SGDBlocks', 'prepare_sgd_blocks', 'sgd_epoch_parallel', 'mf_gradient', 'gd_step', 'to_csr', 'als_sweep',
-           'predict_kernel', 'rmse', 'mae', 'error_cdf', 'mean_error_increase', 'evaluate', 'FittedModel', 'Mechanism',
-           'register_mechanism', 'get_mechanism', 'PMF']
+           'predict_kernel', 'rmse', 'mae', 'error_cdf', 'mean_error_increase', 'error_summary', 'evaluate',
+           'FittedModel', 'Mechanism', 'register_mechanism', 'get_mechanism', 'PMF']
 
 # %% ../nbs/01_mf.ipynb #7f9182f2
 @dataclass(frozen=True)
@@ -393,6 +393,15 @@ def mean_error_increase(abs_err, abs_err_baseline) -> float:
     a, b = _pair(abs_err, abs_err_baseline)
     if (a < 0).any() or (b < 0).any(): raise ValueError("abs_err and abs_err_baseline must be absolute errors (>= 0)")
     return float(a.mean() - b.mean())
+
+def error_summary(y, yhat, within=(0.5, 1.0), digits: int | None = None) -> dict:
+    """RMSE, MAE, median absolute error and, for each bound w in `within`, the share of absolute errors
+    <= w (key `within_{w:g}`): the numbers the error-CDF figures report. Rounded to `digits` if given."""
+    y, yhat = _pair(y, yhat)
+    err = np.abs(y - yhat)
+    out = {"rmse": rmse(y, yhat), "mae": mae(y, yhat), "median_abs_error": float(np.median(err)),
+           **{f"within_{w:g}": float(np.mean(err <= w)) for w in within}}
+    return out if digits is None else {k: round(v, digits) for k, v in out.items()}
 
 def evaluate(model, test: Ratings) -> dict:
     "RMSE, MAE and size of `test` under `model.predict`."

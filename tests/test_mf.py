@@ -325,3 +325,19 @@ def test_progress_bar_and_values(small, capsys):
     assert "pmf[sgd]" in capsys.readouterr().err
     assert all(np.isfinite(h["train_rmse"]) and h["seconds"] > 0 for h in fit.history)
     assert fit.params["epochs"] == 3 and fit.params["lr"] == PMF.SOLVER_DEFAULTS["sgd"]["lr"]
+
+
+def test_error_summary_matches_direct_computation():
+    from dpmf_lit.mf import error_summary, mae, rmse
+    rng = np.random.default_rng(3)
+    y = rng.integers(1, 6, 1000).astype(np.float32)
+    yhat = (y + rng.normal(0, 0.9, 1000)).astype(np.float32)
+    err = np.abs(y.astype(np.float64) - yhat)
+    s = error_summary(y, yhat, within=(0.25, 1.0, 2.0))
+    assert s["rmse"] == rmse(y, yhat) and s["mae"] == mae(y, yhat)
+    assert s["median_abs_error"] == np.median(err)
+    assert [s["within_0.25"], s["within_1"], s["within_2"]] == [np.mean(err <= w) for w in (0.25, 1.0, 2.0)]
+    assert s["within_0.25"] < s["within_1"] < s["within_2"] <= 1
+    assert error_summary(y, yhat, digits=2)["rmse"] == round(s["rmse"], 2)
+    with pytest.raises(ValueError, match="same shape"):
+        error_summary(y, yhat[:-1])
