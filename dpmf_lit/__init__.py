@@ -3,9 +3,11 @@
 Modules:
 
 - `dpmf_lit.bench`: Rating updates per second of the dpmf SGD kernels against Surprise's SVD and LIBMF, in one run, on identical data and epochs, with the machine limits that explain the numbers.
-- `dpmf_lit.mf`: The PMF objective, numba kernels (SGD, block-parallel SGD, full-batch GD, ALS), metrics, and the mechanism interface with the non-private PMF baseline.
+- `dpmf_lit.kernels`: The numba kernels that minimise the PMF objective of `dpmf_lit.mf`: serial and block-parallel SGD with software prefetch, full-batch gradient descent, alternating least squares and prediction, each under its formula and checked against a plain numpy reference.
+- `dpmf_lit.mf`: The PMF objective, the metrics that score a fit, and the non-private PMF baseline, minimised by the kernels of `dpmf_lit.kernels` through the mechanism interface of `dpmf_lit.mechanism`.
 - `dpmf_lit.privacy`: Noise samplers, the Laplace, Gaussian and analytic-Gaussian mechanisms, L2-Laplace noise and Hua et al.'s decomposition of it, Rényi-DP and PLD accounting, one-posterior-sample privacy, personalized privacy specifications, and a small accountant that writes the privacy report.
 - `dpmf_lit.reproduce`: One command regenerates every figure: a manifest of parameterized experiment notebooks, executed with papermill, atomically, skipping what is up to date, locally or on Dask.
-- `dpmf_lit.settings`: The reproduction's own settings: where data, figures and build outputs live, which profile the batch runs, how many jobs, and where each data set comes from."""
+- `dpmf_lit.settings`: The reproduction's own settings: where data, figures and build outputs live, which profile the batch runs, how many jobs, and where each data set comes from.
+- `dpmf_lit.testing`: Small problems and plain-numpy references of the kernels, shared by the tests and the notebooks so that no reference is typed twice."""
 
 __version__ = "0.0.1"

@@ -127,67 +127,95 @@ def privacy_loss(v, A, b, A2, b2, epsilon: float, Delta: float) -> np.ndarray:
     return epsilon / Delta * (e2 - e1) + np.linalg.slogdet(A)[1] - np.linalg.slogdet(A2)[1]
 
 # %% ../nbs/03_hua_dpmf.ipynb #752e0c35
+from . import checks   # the package's validators (this module's check_* come from privacy)
+from .mechanism import Factors
+
 @register_mechanism("hua")
 class HuaDPMF(Mechanism):
     "Hua et al. (2015) Scenario 1: plain MF for U (kept private), rows clipped, V by objective perturbation with U fixed."
-    def __init__(self, epsilon: float = 1.0, d: int = 10, reg: float = 5.0, solver: str = "closed", gd_iters: int = 500,
-                 noise: str = "l2-laplace", noise_multiplier: float = 1.0, max_norm: float = 1.0,
-                 pmf_solver: str = "als", pmf_epochs: int = 20, pmf_reg: float = 0.1, pmf_lr: float | None = None,
-                 seed: int = 0, threads: int | None = None):
-        check_positive("epsilon", epsilon); check_positive("noise_multiplier", noise_multiplier)
-        check_positive("max_norm", max_norm); check_int("d", d, 1); check_int("gd_iters", gd_iters, 0)
-        check_int("seed", seed, 0); check_int("pmf_epochs", pmf_epochs, 1)
-        check_positive("reg", reg)
-        if solver not in ("closed", "gd"): raise ValueError(f"solver={solver!r} must be 'closed' or 'gd'")
-        if noise not in NOISES: raise ValueError(f"noise={noise!r} must be one of {NOISES}")
-        if threads is not None: check_int("threads", threads, 1)
-        self.epsilon, self.d, self.reg, self.solver, self.gd_iters = float(epsilon), int(d), float(reg), solver, int(gd_iters)
-        self.noise, self.noise_multiplier, self.max_norm = noise, float(noise_multiplier), float(max_norm)
-        self.pmf_solver, self.pmf_epochs, self.pmf_reg, self.pmf_lr = pmf_solver, int(pmf_epochs), float(pmf_reg), pmf_lr
-        self.seed, self.threads = int(seed), threads
-        self._pmf()   # validates the PMF options now, before any work
+    test_params = dict(d=3, pmf_epochs=3)
+    overflow_hint = "raise epsilon={epsilon} or lower noise_multiplier={noise_multiplier}: the noise overflowed"
+    SCOPE = ("for V given U, where U is trained non-privately on the same ratings and kept secret; "
+             "the end-to-end map ratings -> V is not epsilon-DP")
+    _PMF_NAMES = dict(solver="pmf_solver", epochs="pmf_epochs", reg="pmf_reg", lr="pmf_lr")   # PMF's names -> ours
+
+    def __init__(self,
+                 epsilon: float = 1.0,           # ε per rating (replace one rating's value) of the released V
+                 d: int = 10,                    # rank of U and V
+                 reg: float = 5.0,               # λ of the perturbed least-squares problem for V
+                 solver: str = "closed",         # 'closed' (the exact minimiser) or 'gd' (the paper's gradient descent)
+                 gd_iters: int = 500,            # gradient-descent steps when solver='gd'
+                 noise: str = "l2-laplace",      # 'l2-laplace' (density ∝ exp(-ε‖η‖/Δ)) or 'hua-decomposition'
+                 noise_multiplier: float = 1.0,  # noise scaled by this; the reported ε is epsilon / noise_multiplier
+                 max_norm: float = 1.0,          # rows of U are clipped to this L2 norm (Δ scales with it)
+                 pmf_solver: str = "als",        # solver of the plain MF that trains U ('sgd', 'als' or 'gd')
+                 pmf_epochs: int = 20,           # epochs of that MF
+                 pmf_reg: float = 0.1,           # its regularisation
+                 pmf_lr: float | None = None,    # its step size (None: the solver's default)
+                 seed: int = 0,                  # seed of U's MF; the noise uses the independent stream [seed, 1]
+                 threads: int | None = None):    # threads of U's MF (None: 1)
+        self.epsilon, self.d, self.reg = checks.check_positive("epsilon", epsilon), checks.check_int("d", d, 1), checks.check_positive("reg", reg)
+        self.solver, self.gd_iters = checks.check_choice("solver", solver, ("closed", "gd")), checks.check_int("gd_iters", gd_iters, 0)
+        self.noise, self.noise_multiplier = checks.check_choice("noise", noise, NOISES), checks.check_positive("noise_multiplier", noise_multiplier)
+        self.max_norm, self.seed = checks.check_positive("max_norm", max_norm), checks.check_int("seed", seed, 0)
+        self.pmf_solver, self.pmf_epochs, self.pmf_reg, self.pmf_lr, self.threads = \
+            pmf_solver, checks.check_int("pmf_epochs", pmf_epochs, 1), pmf_reg, pmf_lr, threads
+        pmf = self._pmf()   # validates the PMF options now, under our names, before any work
+        self.pmf_solver, self.pmf_reg, self.pmf_lr, self.threads = pmf.solver, pmf.reg, pmf.lr, pmf.threads
 
     def _pmf(self) -> PMF:
-        return PMF(d=self.d, epochs=self.pmf_epochs, lr=self.pmf_lr, reg=self.pmf_reg, solver=self.pmf_solver,
-                   bias=False, threads=self.threads, seed=self.seed)
+        return self.nested(PMF, self._PMF_NAMES, d=self.d, epochs=self.pmf_epochs, lr=self.pmf_lr, reg=self.pmf_reg,
+                           solver=self.pmf_solver, bias=False, threads=self.threads, seed=self.seed)
 
-    def report(self, train: Ratings) -> PrivacyReport:
-        Delta = rating_sensitivity(train) * self.max_norm
-        return PrivacyReport(
-            released=("V",), unit="rating", epsilon=self.epsilon / self.noise_multiplier, delta=0.0,
-            method=f"objective perturbation (Hua et al. 2015, Scenario 1), {self.noise} noise, "
-                   f"L2 sensitivity max_norm*(r_max-r_min) = {Delta:g}",
-            notes=("neighbouring=replace (one rating's value changes; the rating pattern is public). "
-                   "Guarantee is for V given U: U is trained non-privately on the same ratings and kept private "
-                   "(not released); the end-to-end map ratings -> V is not epsilon-DP (its privacy loss is unbounded "
-                   "once U is retrained on a neighbour; nbs/03_hua_dpmf 3.5). Under add/remove: no finite epsilon, "
-                   "and no (epsilon, delta < 1) uniformly over data sets."))
+# %% ../nbs/03_hua_dpmf.ipynb #05542307
+def _hua_resolved(self: HuaDPMF) -> dict:
+    "`params()` with the step size and the thread count that U's MF actually runs with."
+    inner = self._pmf().resolved_params()
+    return {**self.params(), "pmf_lr": inner["lr"], "threads": inner["threads"]}
 
-    def noise_for(self, train: Ratings) -> np.ndarray:
-        "The noise eta (n_items, d) this mechanism draws for `train`."
-        Delta = rating_sensitivity(train) * self.max_norm * self.noise_multiplier
-        seed = np.random.default_rng(np.random.SeedSequence([self.seed, 1]))
-        return sample_item_noise(train.n_items, self.d, self.epsilon, Delta, self.noise, seed)
+def _hua_memory(self: HuaDPMF, train: Ratings) -> int:
+    "The factors, U's MF, float64 copies of U and of the noise, and (closed form) the d x d systems A_j."
+    extra = 8 * (train.n_users + 2 * train.n_items) * self.d + (8 * train.n_items * self.d ** 2 if self.solver == "closed" else 0)
+    return Mechanism.memory_bytes(self, train) + self._pmf().memory_bytes(train) + extra
 
-    def fit(self, train: Ratings, progress: bool = False, U=None, eta=None) -> FittedModel:
-        "Fit on `train`. `U` (n_users, d) skips step 1 (plain MF); `eta` (n_items, d) fixes the noise."
-        if not isinstance(train, Ratings): raise ValueError(f"train must be a Ratings object, got {type(train).__name__}")
-        if len(train) == 0: raise ValueError(f"train={train.name!r} is empty: nothing to fit")
-        t0 = time.perf_counter()
-        history = []
-        if U is None:
-            base = self._pmf().fit(train, progress=progress)
-            U, history = base.U, [dict(h, stage="pmf") for h in base.history]
-        U = np.asarray(U)
-        if U.shape != (train.n_users, self.d): raise ValueError(f"U must have shape {(train.n_users, self.d)}; got {U.shape}")
-        U = clip_rows(U, self.max_norm)
-        eta = self.noise_for(train) if eta is None else np.asarray(eta, np.float64)
-        if eta.shape != (train.n_items, self.d): raise ValueError(f"eta must have shape {(train.n_items, self.d)}; got {eta.shape}")
-        if self.solver == "closed":
-            V = solve_item_factors(*item_normal_equations(train, U, self.reg), eta)
-        else:
-            V = gd_item_factors(train, U, eta, self.reg, self.gd_iters)
-        history.append(dict(stage="perturbed", solver=self.solver, seconds=time.perf_counter() - t0))
-        return FittedModel(U=U.astype(np.float32), V=V.astype(np.float32), rating_min=train.rating_min,
-                           rating_max=train.rating_max, privacy=self.report(train), history=history,
-                           fit_seconds=time.perf_counter() - t0, mechanism=self.name, params=self.params())
+def _hua_report(self: HuaDPMF, train: Ratings) -> PrivacyReport:
+    "The privacy report of a fit on `train`."
+    Delta = rating_sensitivity(train) * self.max_norm
+    return PrivacyReport(
+        released=("V",), unit="rating", epsilon=self.epsilon / self.noise_multiplier, delta=0.0, scope=self.SCOPE,
+        method=f"objective perturbation (Hua et al. 2015, Scenario 1), {self.noise} noise, "
+               f"L2 sensitivity max_norm*(r_max-r_min) = {Delta:g}",
+        notes=("neighbouring=replace (one rating's value changes; the rating pattern is public). "
+               "Guarantee is for V given U: U is trained non-privately on the same ratings and kept private "
+               "(not released); the end-to-end map ratings -> V is not epsilon-DP (its privacy loss is unbounded "
+               "once U is retrained on a neighbour; nbs/03_hua_dpmf 3.5). Under add/remove: no finite epsilon, "
+               "and no (epsilon, delta < 1) uniformly over data sets."))
+
+def _hua_noise(self: HuaDPMF, train: Ratings) -> np.ndarray:
+    "The noise eta (n_items, d) this mechanism draws for `train` (stream [seed, 1])."
+    Delta = rating_sensitivity(train) * self.max_norm * self.noise_multiplier
+    return sample_item_noise(train.n_items, self.d, self.epsilon, Delta, self.noise, self.rng(1))
+
+HuaDPMF.resolved_params, HuaDPMF.memory_bytes, HuaDPMF.report, HuaDPMF.noise_for = _hua_resolved, _hua_memory, _hua_report, _hua_noise
+
+# %% ../nbs/03_hua_dpmf.ipynb #5af744aa
+def _hua_fit(self: HuaDPMF, train: Ratings, progress: bool = False, U=None, eta=None) -> Factors:
+    "Fit on `train`. `U` (n_users, d) skips step 1 (plain MF); `eta` (n_items, d) fixes the noise."
+    if U is not None and np.shape(U) != (train.n_users, self.d):
+        raise ValueError(f"U must have shape {(train.n_users, self.d)}; got {np.shape(U)}")
+    if eta is not None and np.shape(eta) != (train.n_items, self.d):
+        raise ValueError(f"eta must have shape {(train.n_items, self.d)}; got {np.shape(eta)}")
+    t0, history = time.perf_counter(), []
+    if U is None:
+        base = self._pmf().fit(train, progress=progress)
+        U, history = base.U, [dict(h, stage="pmf") for h in base.history]
+    U = clip_rows(U, self.max_norm)
+    eta = self.noise_for(train) if eta is None else np.asarray(eta, np.float64)
+    if self.solver == "closed":
+        V = solve_item_factors(*item_normal_equations(train, U, self.reg), eta)
+    else:
+        V = gd_item_factors(train, U, eta, self.reg, self.gd_iters)
+    history.append(dict(stage="perturbed", solver=self.solver, seconds=time.perf_counter() - t0))
+    return Factors(U=U, V=V, history=history, privacy=self.report(train))
+
+HuaDPMF._fit = _hua_fit

@@ -433,66 +433,96 @@ def traffic_per_iteration(run: ProtocolRun, t: int) -> dict:
     return out
 
 # %% ../nbs/04_hua_protocol.ipynb #1e19b185
+from . import checks   # the package's validators (this module's check_* come from privacy)
+from .mechanism import Factors
+
 @register_mechanism("hua-protocol")
 class HuaProtocol(Mechanism):
     "Hua et al. (2015) Scenarios 2/3: V by masked aggregation through a third party, users holding their own data."
-    def __init__(self, epsilon: float = 1.0, d: int = 10, reg: float = 5.0, iters: int = 100, scenario: int = 2,
-                 p_online: float = 1.0, k: int | None = None, scale_bits: int = 24, modulus_bits: int = 62,
-                 bound: float = 1e6, sparse_items: str = "error", pmf_solver: str = "als", pmf_epochs: int = 20,
-                 pmf_reg: float = 0.1, seed: int = 0, threads: int | None = None):
-        check_positive("epsilon", epsilon); check_positive("reg", reg); check_int("d", d, 1); check_int("iters", iters, 0)
-        if scenario not in (2, 3): raise ValueError(f"scenario={scenario!r} must be 2 or 3")
-        if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 2):
-            raise ValueError(f"k={k!r} must be an integer >= 2 (one user's share would be the whole noise)")
-        if not (isinstance(p_online, (int, float)) and 0 < p_online <= 1): raise ValueError(f"p_online={p_online!r} must be in (0, 1]")
-        if scenario == 2 and p_online != 1: raise ValueError(f"p_online={p_online} needs scenario=3 (Scenario 2 has static users)")
-        if scenario == 2 and k is not None: raise ValueError(f"k={k} needs scenario=3 (in Scenario 2 every rater of an item carries a share)")
-        if sparse_items not in ("error", "drop"): raise ValueError(f"sparse_items={sparse_items!r} must be 'error' or 'drop'")
-        check_int("scale_bits", scale_bits, 1); check_int("modulus_bits", modulus_bits, 2); check_int("seed", seed, 0)
-        if modulus_bits > 62: raise ValueError(f"modulus_bits={modulus_bits} must be <= 62")
-        self.epsilon, self.d, self.reg, self.iters, self.scenario = float(epsilon), int(d), float(reg), int(iters), int(scenario)
-        self.p_online, self.k, self.scale_bits, self.modulus_bits, self.bound = float(p_online), k, int(scale_bits), int(modulus_bits), float(bound)
-        self.sparse_items, self.pmf_solver, self.pmf_epochs, self.pmf_reg = sparse_items, pmf_solver, int(pmf_epochs), float(pmf_reg)
-        self.seed, self.threads = int(seed), threads
-        self.codec = FixedPoint(scale=2.0 ** self.scale_bits, modulus=2 ** self.modulus_bits, bound=self.bound)  # refuses P too small
-        PMF(d=self.d, epochs=self.pmf_epochs, reg=self.pmf_reg, solver=self.pmf_solver, bias=False, threads=threads, seed=self.seed)
+    test_params = dict(d=3, iters=3, pmf_epochs=3, sparse_items="drop")
+    overflow_hint = "raise epsilon={epsilon}: the noise overflowed"
+    _PMF_NAMES = dict(solver="pmf_solver", epochs="pmf_epochs", reg="pmf_reg")   # PMF's names -> ours
 
-    def fit(self, train: Ratings, progress: bool = False, U=None) -> FittedModel:
-        if not isinstance(train, Ratings): raise ValueError(f"train must be a Ratings object, got {type(train).__name__}")
-        if len(train) == 0: raise ValueError(f"train={train.name!r} is empty: nothing to fit")
-        t0 = time.perf_counter()
-        keep = item_degrees(train)[train.item] >= 2
-        if self.sparse_items == "error": check_protocol_input(train, np.zeros((train.n_users, 1)))
-        if U is None:
-            U = PMF(d=self.d, epochs=self.pmf_epochs, reg=self.pmf_reg, solver=self.pmf_solver, bias=False,
-                    threads=self.threads, seed=self.seed).fit(train, progress=progress).U
-        U = clip_rows(U, 1.0)
-        kept_items, codes = np.unique(train.item[keep], return_inverse=True)      # compact item codes for the protocol
-        sub = Ratings(train.user[keep], codes.astype(np.int32), train.rating[keep], train.n_users, len(kept_items),
-                      train.rating_min, train.rating_max, train.name)
-        run = run_protocol(sub, U, self.epsilon, self.reg, self.iters, self.scenario, self.p_online, self.k, self.codec,
-                           rating_sensitivity(train), self.seed, keep_view=False)
-        V = np.zeros((train.n_items, self.d)); V[kept_items] = run.V
-        Delta = rating_sensitivity(train)
-        changing = self.scenario == 3 and self.p_online < 1
-        eps_items = np.array([recommender_view_epsilon(h, self.epsilon, Delta) for h in run.recommender.H])
-        traffic = traffic_per_iteration(run, self.iters - 1) if self.iters else {}
-        report = PrivacyReport(
-            released=("V",), unit="rating", epsilon=self.epsilon, delta=0.0,
-            method=f"Hua et al. 2015 Scenario {self.scenario}: objective perturbation with per-coordinate Laplace noise "
-                   "summed from users' shares (L1/L2 argument), masked aggregation in Z_P",
-            notes=(f"neighbouring=replace; epsilon-DP for V holds against parties who see V and do not know H"
-                   + (" (with changing online groups: only up to the gain factor of nbs/04_hua_protocol 6.2, measured "
-                      "<= 1.002; epsilon-DP not proven). " if changing else ". ")
-                   + ("The recommender sees aggregates over changing online groups with the same noise: by regression on "
-                      "who was online it can recover every rater's r_ij u_i (nbs/04_hua_protocol 6.2): no DP guarantee "
-                      "against the recommender. " if changing else
-                      f"The recommender knows H: against it the realized guarantee is ({eps_items.max():.3g}, 1e-05)-DP for "
-                      f"the worst item, ({np.median(eps_items):.3g}, 1e-05) for the median item (Gaussian given H); it also "
-                      "learns each item's Gram matrix sum_i u_i u_i^T (6.1). ")
-                   + f"V given U (U trained non-privately, held by users). {int((~keep).sum())} ratings of items with < 2 raters "
-                   "left out (v_j = 0)."))
-        return FittedModel(U=U.astype(np.float32), V=V.astype(np.float32), rating_min=train.rating_min,
-                           rating_max=train.rating_max, privacy=report,
-                           history=[dict(stage="protocol", iters=self.iters, skipped=run.skipped, traffic=traffic)],
-                           fit_seconds=time.perf_counter() - t0, mechanism=self.name, params=self.params())
+    def __init__(self,
+                 epsilon: float = 1.0,          # ε per rating of V, against parties who do not know H
+                 d: int = 10,                   # rank of U and V
+                 reg: float = 5.0,              # λ of the perturbed objective
+                 iters: int = 100,              # protocol iterations (gradient steps on V)
+                 scenario: int = 2,             # 2: static users; 3: users come and go
+                 p_online: float = 1.0,         # Scenario 3: probability that a user is online in an iteration
+                 k: int | None = None,          # Scenario 3: raters per item that carry a noise share (None: all)
+                 scale_bits: int = 24,          # fixed-point scale 2^scale_bits of the encoding in Z_P
+                 modulus_bits: int = 62,        # P = 2^modulus_bits
+                 bound: float = 1e6,            # declared bound on any encoded value or aggregate
+                 sparse_items: str = "error",   # items with < 2 training raters: 'error' or 'drop' (v_j = 0)
+                 pmf_solver: str = "als",       # solver of the plain MF that gives users their U
+                 pmf_epochs: int = 20,          # its epochs
+                 pmf_reg: float = 0.1,          # its regularisation
+                 seed: int = 0,                 # seed of U's MF and of the protocol's draws
+                 threads: int | None = None):   # threads of U's MF (None: 1)
+        self.epsilon, self.reg = checks.check_positive("epsilon", epsilon), checks.check_positive("reg", reg)
+        self.d, self.iters, self.scenario = checks.check_int("d", d, 1), checks.check_int("iters", iters, 0), checks.check_int("scenario", scenario, 2, 3)
+        self.p_online = checks.check_float("p_online", p_online, 0, 1, low_open=True)
+        try: self.k = checks.check_int("k", k, 2, allow_none=True)
+        except ValueError as e: raise ValueError(f"{e} (one user's share would be the whole noise)") from None
+        if self.scenario == 2 and self.p_online != 1: raise ValueError(f"p_online={checks.show(p_online)} needs scenario=3 (Scenario 2 has static users)")
+        if self.scenario == 2 and k is not None: raise ValueError(f"k={checks.show(k)} needs scenario=3 (in Scenario 2 every rater of an item carries a share)")
+        self.sparse_items = checks.check_choice("sparse_items", sparse_items, ("error", "drop"))
+        self.scale_bits, self.modulus_bits = checks.check_int("scale_bits", scale_bits, 1), checks.check_int("modulus_bits", modulus_bits, 2, 62)
+        self.bound, self.seed = checks.check_positive("bound", bound), checks.check_int("seed", seed, 0)
+        self.pmf_solver, self.pmf_epochs, self.pmf_reg, self.threads = pmf_solver, checks.check_int("pmf_epochs", pmf_epochs, 1), pmf_reg, threads
+        pmf = self._pmf()   # validates the PMF options now, under our names
+        self.pmf_solver, self.pmf_reg, self.threads = pmf.solver, pmf.reg, pmf.threads
+        self.codec = FixedPoint(scale=2.0 ** self.scale_bits, modulus=2 ** self.modulus_bits, bound=self.bound)  # refuses P too small
+
+    def _pmf(self) -> PMF:
+        return self.nested(PMF, self._PMF_NAMES, d=self.d, epochs=self.pmf_epochs, reg=self.pmf_reg, solver=self.pmf_solver,
+                           bias=False, threads=self.threads, seed=self.seed)
+
+    def resolved_params(self) -> dict:
+        "`params()` with the thread count that U's MF actually runs with."
+        return {**self.params(), "threads": self._pmf().resolved_params()["threads"]}
+
+# %% ../nbs/04_hua_protocol.ipynb #3c4c0e32
+def _protocol_report(self: HuaProtocol, train: Ratings, run: ProtocolRun, left_out: int) -> PrivacyReport:
+    "The privacy report of a protocol run on `train`: the guarantee against outsiders, and what the recommender can do."
+    Delta = rating_sensitivity(train)
+    changing = self.scenario == 3 and self.p_online < 1
+    eps_items = np.array([recommender_view_epsilon(h, self.epsilon, Delta) for h in run.recommender.H])
+    scope = ("for V given a non-private U, against parties who see V and do not know H, only up to a measured gain factor "
+             "(not proven); none against the recommender, which recovers each rater's r_ij u_i" if changing else
+             "for V given a non-private U, against parties who see V and do not know H; against the recommender, "
+             f"which knows H, only ({eps_items.max():.3g}, 1e-05)-DP for the worst item")
+    return PrivacyReport(
+        released=("V",), unit="rating", epsilon=self.epsilon, delta=0.0, scope=scope,
+        method=f"Hua et al. 2015 Scenario {self.scenario}: objective perturbation with per-coordinate Laplace noise "
+               "summed from users' shares (L1/L2 argument), masked aggregation in Z_P",
+        notes=(f"neighbouring=replace; epsilon-DP for V holds against parties who see V and do not know H"
+               + (" (with changing online groups: only up to the gain factor of nbs/04_hua_protocol 6.2, measured "
+                  "<= 1.002; epsilon-DP not proven). " if changing else ". ")
+               + ("The recommender sees aggregates over changing online groups with the same noise: by regression on "
+                  "who was online it can recover every rater's r_ij u_i (nbs/04_hua_protocol 6.2): no DP guarantee "
+                  "against the recommender. " if changing else
+                  f"The recommender knows H: against it the realized guarantee is ({eps_items.max():.3g}, 1e-05)-DP for "
+                  f"the worst item, ({np.median(eps_items):.3g}, 1e-05) for the median item (Gaussian given H); it also "
+                  "learns each item's Gram matrix sum_i u_i u_i^T (6.1). ")
+               + f"V given U (U trained non-privately, held by users). {left_out} ratings of items with < 2 raters "
+               "left out (v_j = 0)."))
+
+def _protocol_fit(self: HuaProtocol, train: Ratings, progress: bool = False, U=None) -> Factors:
+    "Fit on `train`; `U` (n_users, d) skips the plain MF that gives users their profiles."
+    keep = item_degrees(train)[train.item] >= 2
+    if self.sparse_items == "error": check_protocol_input(train, np.zeros((train.n_users, 1)))
+    if U is None: U = self._pmf().fit(train, progress=progress).U
+    U = clip_rows(U, 1.0)
+    kept_items, codes = np.unique(train.item[keep], return_inverse=True)      # compact item codes for the protocol
+    sub = Ratings(train.user[keep], codes.astype(np.int32), train.rating[keep], train.n_users, len(kept_items),
+                  train.rating_min, train.rating_max, train.name)
+    run = run_protocol(sub, U, self.epsilon, self.reg, self.iters, self.scenario, self.p_online, self.k, self.codec,
+                       rating_sensitivity(train), self.seed, keep_view=False)
+    V = np.zeros((train.n_items, self.d)); V[kept_items] = run.V
+    traffic = traffic_per_iteration(run, self.iters - 1) if self.iters else {}
+    return Factors(U=U, V=V, privacy=self._report(train, run, int((~keep).sum())),
+                   history=[dict(stage="protocol", iters=self.iters, skipped=run.skipped, traffic=traffic)])
+
+HuaProtocol._report, HuaProtocol._fit = _protocol_report, _protocol_fit
