@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from numba import njit
+from tqdm.auto import tqdm
+from . import checks
 from .data import Ratings
 from .mf import PMF, FittedModel, Mechanism, PrivacyReport, register_mechanism
 from .privacy import gaussian_epsilon, hua_conditional_mu, check_positive, check_int   # toolkit checks
@@ -258,7 +260,8 @@ class ProtocolRun:
     third_party: ThirdParty
     recommender: Recommender
     network: Network
-    skipped: int = 0
+    skipped: int = 0                                  # (item, iteration) pairs skipped for < 2 online raters
+    dropped: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))   # items left out at set-up (v_j = 0)
 
     def traffic(self) -> pd.DataFrame: return self.network.table()
 
@@ -278,8 +281,10 @@ def check_protocol_input(ratings: Ratings, U, min_raters: int = 2):
 def run_protocol(ratings: Ratings, U, epsilon: float, reg: float = 5.0, iters: int = 100, scenario: int = 2,
                  p_online: float = 1.0, group_size: int | None = None, codec: FixedPoint | None = None,
                  Delta: float | None = None, seed: int = 0, keep_view: bool = True, taps=(),
-                 recommender_cls=None) -> ProtocolRun:
-    "Simulate Scenario 2 or 3 of Hua et al. on `ratings` with users' profiles U (rows clipped to norm <= 1)."
+                 recommender_cls=None, sparse_items: str = "error", progress: bool = False) -> ProtocolRun:
+    """Simulate Scenario 2 or 3 of Hua et al. on `ratings` with users' profiles U (rows clipped to norm <= 1).
+    `sparse_items`: an item with fewer than 2 online raters at Scenario 3's set-up is refused ('error') or left out
+    of the protocol with v_j = 0 ('drop'; `ProtocolRun.dropped` lists them). `progress`: a bar over the iterations."""
     epsilon, reg = check_positive("epsilon", epsilon), check_positive("reg", reg)
     iters = check_int("iters", iters, 0)
     if scenario not in (2, 3): raise ValueError(f"scenario={scenario!r} must be 2 or 3")
@@ -288,6 +293,7 @@ def run_protocol(ratings: Ratings, U, epsilon: float, reg: float = 5.0, iters: i
     if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)) or group_size < 2):
         raise ValueError(f"k={group_size!r} (group size) must be an integer >= 2: one user's share would be the whole noise")
     if group_size is not None and scenario == 2: raise ValueError(f"k={group_size} (group size) needs scenario=3")
+    sparse_items = checks.check_choice("sparse_items", sparse_items, ("error", "drop"))
     k = check_protocol_input(ratings, U)
     U = clip_rows(U, 1.0)
     d = U.shape[1]
@@ -301,7 +307,7 @@ def run_protocol(ratings: Ratings, U, epsilon: float, reg: float = 5.0, iters: i
     coin = np.random.default_rng(ss[3])
     all_rows = np.arange(len(ratings))
     online = lambda: coin.random(ratings.n_users) < p_online if p_online < 1 else np.ones(ratings.n_users, bool)
-    skipped = 0
+    skipped, dropped = 0, np.zeros(0, np.int64)
     # set-up: the noise
     if scenario == 2:
         net.deliver(rec.noise_seeds(all_rows), users)
@@ -315,23 +321,27 @@ def run_protocol(ratings: Ratings, U, epsilon: float, reg: float = 5.0, iters: i
             rank[srt] = np.arange(len(rows)) - first
             rows = np.sort(rows[rank < group_size])
         gk = np.bincount(ratings.item[rows], minlength=ratings.n_items)
-        if (gk < 2).any(): raise ValueError(f"{int((gk < 2).sum())} item(s) have fewer than 2 online raters at set-up; raise p_online")
+        if (gk < 2).any() and sparse_items == "error":
+            raise ValueError(f"{int((gk < 2).sum())} item(s) have fewer than 2 online raters at set-up: no group can carry "
+                             "their noise; raise p_online or use sparse_items='drop'")
+        dropped = np.flatnonzero(gk < 2)            # no noise for these: they never enter the protocol (v_j = 0)
+        rows, gk = rows[gk[ratings.item[rows]] >= 2], np.where(gk < 2, 0, gk)
         for b in rec.beta_masks(rows, gk): net.deliver(b, users)
         net.deliver(users.send(), tp)
         net.deliver(tp.send(), rec)
     # iterations
-    for t in range(iters):
+    for t in tqdm(range(iters), desc=f"hua-protocol S{scenario}", unit="iter", disable=not progress, leave=False):
         rows = all_rows if scenario == 2 else users.online_rows(online())
         items = ratings.item[rows].astype(np.int64)
-        if scenario == 3:                            # items with < 2 online raters skip this iteration
-            cnt = np.bincount(items, minlength=ratings.n_items)
-            keep = cnt[items] >= 2; skipped += int((cnt == 1).sum() + (cnt == 0).sum())
+        if scenario == 3:                            # items with < 2 online raters, or dropped at set-up, skip this iteration
+            cnt = np.bincount(items, minlength=ratings.n_items); cnt[dropped] = 0
+            keep = cnt[items] >= 2; skipped += int((cnt == 1).sum() + (cnt == 0).sum()) - len(dropped)
             rows, items = rows[keep], items[keep]
         net.deliver(Batch("request", "users", "recommender", t, items, rows), rec)
         net.deliver(rec.model(rows, t, scenario), users)
         net.deliver(users.send(), tp)
         net.deliver(tp.send(), rec)
-    return ProtocolRun(rec.V.copy(), users, tp, rec, net, skipped)
+    return ProtocolRun(rec.V.copy(), users, tp, rec, net, skipped, dropped)
 
 # %% ../nbs/04_hua_protocol.ipynb #cbcbd5a4
 def assert_recommender_blind(run: ProtocolRun) -> None:
@@ -454,7 +464,7 @@ class HuaProtocol(Mechanism):
                  scale_bits: int = 24,          # fixed-point scale 2^scale_bits of the encoding in Z_P
                  modulus_bits: int = 62,        # P = 2^modulus_bits
                  bound: float = 1e6,            # declared bound on any encoded value or aggregate
-                 sparse_items: str = "error",   # items with < 2 training raters: 'error' or 'drop' (v_j = 0)
+                 sparse_items: str = "error",   # items with < 2 raters (S3: < 2 online at set-up): 'error' or 'drop' (v_j = 0)
                  pmf_solver: str = "als",       # solver of the plain MF that gives users their U
                  pmf_epochs: int = 20,          # its epochs
                  pmf_reg: float = 0.1,          # its regularisation
@@ -488,7 +498,7 @@ def _protocol_report(self: HuaProtocol, train: Ratings, run: ProtocolRun, left_o
     "The privacy report of a protocol run on `train`: the guarantee against outsiders, and what the recommender can do."
     Delta = rating_sensitivity(train)
     changing = self.scenario == 3 and self.p_online < 1
-    eps_items = np.array([recommender_view_epsilon(h, self.epsilon, Delta) for h in run.recommender.H])
+    eps_items = np.array([recommender_view_epsilon(h, self.epsilon, Delta) for h in np.delete(run.recommender.H, run.dropped, 0)])
     scope = ("for V given a non-private U, against parties who see V and do not know H, only up to a measured gain factor "
              "(not proven); none against the recommender, which recovers each rater's r_ij u_i" if changing else
              "for V given a non-private U, against parties who see V and do not know H; against the recommender, "
@@ -507,7 +517,7 @@ def _protocol_report(self: HuaProtocol, train: Ratings, run: ProtocolRun, left_o
                   f"the worst item, ({np.median(eps_items):.3g}, 1e-05) for the median item (Gaussian given H); it also "
                   "learns each item's Gram matrix sum_i u_i u_i^T (6.1). ")
                + f"V given U (U trained non-privately, held by users). {left_out} ratings of items with < 2 raters "
-               "left out (v_j = 0)."))
+               "(in Scenario 3: < 2 online at set-up) left out (v_j = 0)."))
 
 def _protocol_fit(self: HuaProtocol, train: Ratings, progress: bool = False, U=None) -> Factors:
     "Fit on `train`; `U` (n_users, d) skips the plain MF that gives users their profiles."
@@ -519,10 +529,12 @@ def _protocol_fit(self: HuaProtocol, train: Ratings, progress: bool = False, U=N
     sub = Ratings(train.user[keep], codes.astype(np.int32), train.rating[keep], train.n_users, len(kept_items),
                   train.rating_min, train.rating_max, train.name)
     run = run_protocol(sub, U, self.epsilon, self.reg, self.iters, self.scenario, self.p_online, self.k, self.codec,
-                       rating_sensitivity(train), self.seed, keep_view=False)
+                       rating_sensitivity(train), self.seed, keep_view=False, sparse_items=self.sparse_items, progress=progress)
     V = np.zeros((train.n_items, self.d)); V[kept_items] = run.V
+    left_out = int((~keep).sum()) + int(np.isin(sub.item, run.dropped).sum())
     traffic = traffic_per_iteration(run, self.iters - 1) if self.iters else {}
-    return Factors(U=U, V=V, privacy=self._report(train, run, int((~keep).sum())),
-                   history=[dict(stage="protocol", iters=self.iters, skipped=run.skipped, traffic=traffic)])
+    return Factors(U=U, V=V, privacy=self._report(train, run, left_out),
+                   history=[dict(stage="protocol", iters=self.iters, skipped=run.skipped, dropped_at_setup=len(run.dropped),
+                                 traffic=traffic)])
 
 HuaProtocol._report, HuaProtocol._fit = _protocol_report, _protocol_fit

@@ -318,3 +318,39 @@ def test_hua_protocol_mechanism_and_cli_report(split):
     from dpmf_lit.cli import fit_report
     rep = fit_report("hua", "synthetic:n_users=200,n_items=100,n_ratings=5000", {"epsilon": 1.0, "d": 4})
     assert rep["privacy"]["epsilon"] == 1.0 and rep["privacy"]["released"] == ["V"] and rep["rmse"] > 0
+
+
+def test_sparse_items_drop_covers_the_online_check_at_setup():
+    "Scenario 3: items with < 2 online raters at set-up are refused by default, left out (v_j = 0) with 'drop'."
+    r0 = synthetic(300, 200, 1500, rank=4, seed=7)                # many items with only a few raters
+    keep_items = np.flatnonzero(np.bincount(r0.item, minlength=r0.n_items) >= 2)
+    r0 = r0.take(np.flatnonzero(np.isin(r0.item, keep_items)))     # every item has >= 2 raters, some only 2 or 3
+    r = Ratings(r0.user, np.searchsorted(keep_items, r0.item).astype(np.int32), r0.rating, r0.n_users, len(keep_items),
+                r0.rating_min, r0.rating_max)
+    U = clip_rows(np.random.default_rng(0).standard_normal((r.n_users, 4)) * 0.6)
+    with pytest.raises(ValueError, match="fewer than 2 online raters at set-up.*sparse_items='drop'"):
+        run_protocol(r, U, 1.0, iters=3, scenario=3, p_online=0.5, seed=0)
+    run = run_protocol(r, U, 1.0, iters=20, scenario=3, p_online=0.5, seed=0, sparse_items="drop")
+    assert len(run.dropped) > 0 and not run.V[run.dropped].any()          # never updated: no noise was shared for them
+    live = np.setdiff1d(np.arange(r.n_items), run.dropped)
+    assert np.abs(run.V[live]).sum(1).min() > 0
+    assert_recommender_blind(run)
+    # the ratings of dropped items are never sent: no masked gradient of a dropped item reaches the third party
+    assert not np.isin(run.users._item[run.users._has_piece], run.dropped).any()
+    fit = HuaProtocol(epsilon=1.0, d=4, iters=5, scenario=3, p_online=0.5, pmf_epochs=3, sparse_items="drop").fit(r)
+    assert fit.history[-1]["dropped_at_setup"] > 0 and "online at set-up" in fit.privacy.notes
+    with pytest.raises(ValueError, match="sparse_items='drop'"):
+        HuaProtocol(epsilon=1.0, d=4, iters=5, scenario=3, p_online=0.5, pmf_epochs=3).fit(r)
+    with pytest.raises(ValueError, match="sparse_items='keep'"): run_protocol(r, U, 1.0, sparse_items="keep")
+
+
+def test_protocol_progress_bar(capsys):
+    "progress=True draws a bar over the protocol's iterations on stderr; progress=False draws nothing."
+    r = synthetic(100, 20, 800, rank=3, seed=1)
+    U = clip_rows(np.random.default_rng(0).standard_normal((r.n_users, 3)) * 0.6)
+    run_protocol(r, U, 1.0, iters=4, scenario=2, seed=0, progress=False)
+    assert "hua-protocol" not in capsys.readouterr().err
+    run_protocol(r, U, 1.0, iters=4, scenario=2, seed=0, progress=True)
+    assert "hua-protocol S2" in capsys.readouterr().err
+    HuaProtocol(d=3, iters=4, pmf_epochs=2, sparse_items="drop").fit(r, progress=True)
+    assert "hua-protocol S2" in capsys.readouterr().err
