@@ -22,7 +22,7 @@ from .hua import clip_rows, gd_item_factors, gd_step_sizes, item_degrees, rating
 __all__ = ['HEADER_BYTES', 'share_scale', 'recommender_view_epsilon', 'FixedPoint', 'Batch', 'Network', 'Users', 'ThirdParty',
            'Recommender', 'ProtocolRun', 'check_protocol_input', 'run_protocol', 'assert_recommender_blind',
            'uniformity_pvalues', 'difference_attack', 'ProbingRecommender', 'ZeroProbeRecommender', 'online_set_attack',
-           'communication_per_iteration', 'traffic_per_iteration', 'HuaProtocol']
+           'honest_online_set_attack', 'communication_per_iteration', 'traffic_per_iteration', 'HuaProtocol']
 
 # %% ../nbs/04_hua_protocol.ipynb #5d29f273
 def share_scale(epsilon: float, Delta: float, d: int) -> float:
@@ -414,6 +414,25 @@ def online_set_attack(run: ProtocolRun, item: int):
                          "(in Scenario 2, or with p_online=1, the raters are always online together)")
     sol, *_ = np.linalg.lstsq(Z, np.array(G), rcond=None)
     return rows, sol[:-1], sol[-1]
+
+# %% ../nbs/04_hua_protocol.ipynb #b60ddb23
+def honest_online_set_attack(run: ProtocolRun, item: int, fresh_noise: float = 0.0, seed=0):
+    """Scenario 3, honest-but-curious recommender: regress the decoded aggregates of `item` on z_i(t) v_j(t), z_i(t)
+    (i its raters) and an intercept. Returns (rows, X) with X[s] the estimate of r_ij u_i of rating row rows[s], or
+    None when the item had too few iterations. `fresh_noise`: Laplace scale added to each aggregate (rho~ read as fresh)."""
+    rec, g0 = run.recommender, checks.generator(seed)
+    if rec.view is None: raise ValueError("the run kept no recommender view: use run_protocol(..., keep_view=True)")
+    rows = np.flatnonzero(rec._items_of_row == item); k, d = len(rows), rec.V.shape[1]
+    Z, G = [], []
+    for t, items, V, g in rec.view:
+        hit = np.flatnonzero(items == item)
+        if len(hit):
+            z = np.isin(rows, rec.online[t]).astype(np.float64)
+            Z.append(np.r_[np.kron(z, np.r_[V[hit[0]], -1.0]), 1.0])
+            G.append(g[hit[0]] + (g0.laplace(0, fresh_noise, d) if fresh_noise > 0 else 0))
+    if len(Z) <= k * (d + 1) + 1: return rows, None
+    sol, *_ = np.linalg.lstsq(np.array(Z), np.array(G), rcond=None)
+    return rows, sol[:-1].reshape(k, d + 1, d)[:, d, :]
 
 # %% ../nbs/04_hua_protocol.ipynb #201f7b1a
 def communication_per_iteration(n_ratings: int, n_items: int, d: int, scenario: int | str) -> dict:

@@ -218,7 +218,7 @@ def rdp_to_dp(rdp, delta: float, orders=None, conversion: str = "improved") -> t
 
 # %% ../nbs/02_privacy.ipynb #6560933c
 def mugdho_imtiaz_epsilon(J: int, epsilon_i: float, delta: float, delta_r: float) -> float:
-    "Closed form eps_opt = rho + 2 sqrt(rho ln(1/delta_r)), rho = J eps_i^2 / (4 ln(1.25/delta)) (paper 003, Thm 2)."
+    "Closed form eps_opt = rho + 2 sqrt(rho ln(1/delta_r)), rho = J eps_i^2 / (4 ln(1.25/delta)) (Mugdho & Imtiaz, Thm 2)."
     J = check_int("J", J, 1)
     e, d, dr = check_positive("epsilon_i", epsilon_i), _open_unit("delta", delta), _open_unit("delta_r", delta_r)
     rho = J * e * e / (4 * math.log(1.25 / d))
@@ -312,7 +312,7 @@ class PrivacySpec:
         return sparse.csr_matrix((self.epsilon, (self.user, self.item)), shape=(self.n_users, self.n_items))
 
     def threshold(self, kind: str = "mean") -> float:
-        "The sampling threshold t: 'mean' (paper 001's default) or 'max' of epsilon_ij."
+        "The sampling threshold t: 'mean' (Zhang et al.'s default) or 'max' of epsilon_ij."
         if kind not in ("mean", "max"): raise ValueError(f"kind={kind!r} must be 'mean' or 'max'")
         return float(self.epsilon.mean() if kind == "mean" else self.epsilon.max())
 
@@ -337,7 +337,7 @@ def pdp_privacy_spec(ratings: Ratings, f_c: float = 0.54, f_m: float = 0.37, eps
 
 # %% ../nbs/02_privacy.ipynb #7f996323
 def sampling_probability(epsilon, t: float) -> np.ndarray:
-    "pi(eps, t) = (e^eps - 1)/(e^t - 1) where eps < t, else 1 (Jorgensen et al. 2015; paper 001 Eq. 11)."
+    "pi(eps, t) = (e^eps - 1)/(e^t - 1) where eps < t, else 1 (Jorgensen et al. 2015; Zhang et al. Eq. 11)."
     t = check_positive("t", t)
     e = np.asarray(epsilon, dtype=np.float64)
     bad = ~(np.isfinite(e) & (e > 0))
@@ -368,6 +368,8 @@ def pdp_report(spec: PrivacySpec, t: float, released=("V",), notes: str = "") ->
     if not lo - 1e-12 <= t <= hi + 1e-12: raise ValueError(f"t={t} must lie in [min epsilon, max epsilon] = [{lo}, {hi}]")
     per = np.minimum(e, t)
     return PrivacyReport(released=tuple(released), unit="rating", epsilon=float(per.max()), delta=0.0,
+                         scope="worst case over ratings, add/remove one rating, if the mechanism run on the sample is "
+                               "t-DP for add/remove; rating (i,j) itself has min(epsilon_ij, t); replace one rating: double it",
                          method="personalized sampling (Jorgensen et al. 2015) + t-DP",
                          notes=(f"personalized: rating (i,j) has min(epsilon_ij, t) in [{per.min():.4g}, {per.max():.4g}] "
                                 f"(mean {per.mean():.4g}; requested epsilon_ij mean {e.mean():.4g}); epsilon is the worst case; "
@@ -434,9 +436,11 @@ class PrivacyAccountant:
         if method == "rdp": return rdp_to_dp(self.rdp(), d)[0], d, "RDP (improved conversion, Canonne-Kamath-Steinke 2020)"
         return self._pld_epsilon(d, check_positive("discretization", discretization)), d, "PLD (dp_accounting)"
 
-    def report(self, delta: float = 0.0, method: str = "auto", notes: str = "") -> PrivacyReport:
-        "The `PrivacyReport` of the recorded steps."
+    def report(self, delta: float = 0.0, method: str = "auto", notes: str = "", scope: str = "") -> PrivacyReport:
+        "The `PrivacyReport` of the recorded steps; `scope` defaults to 'the composition of the recorded steps only'."
         eps, d, how = self.epsilon(delta, method)
         steps = "; ".join(f"{c} x {label} ({kind} {'z' if kind == 'gaussian' else 'eps'}={p:.4g})" for kind, p, c, label in self._active())
-        return PrivacyReport(released=tuple(self.released), unit=self.unit, epsilon=eps, delta=d, method=how,
+        scope = scope or (f"the composition of the recorded steps only, {self.neighbouring} one {self.unit}; "
+                          "anything computed outside them is not covered")
+        return PrivacyReport(released=tuple(self.released), unit=self.unit, epsilon=eps, delta=d, method=how, scope=scope,
                              notes=f"neighbouring={self.neighbouring}; steps: {steps or 'none'}. {notes}".strip())

@@ -354,3 +354,21 @@ def test_protocol_progress_bar(capsys):
     assert "hua-protocol S2" in capsys.readouterr().err
     HuaProtocol(d=3, iters=4, pmf_epochs=2, sparse_items="drop").fit(r, progress=True)
     assert "hua-protocol S2" in capsys.readouterr().err
+
+
+def test_honest_but_curious_recommender_recovers_ratings_in_scenario3():
+    "No probe needed: past k_j(d+1)+1 iterations the regression on z_i(t) v_j(t), z_i(t) returns r_ij u_i; fresh noise slows it."
+    from dpmf_lit.hua_protocol import honest_online_set_attack
+    r = synthetic(120, 12, 500, rank=3, seed=5)
+    U = clip_rows(np.random.default_rng(3).standard_normal((r.n_users, 3)) * 0.6)
+    run = run_protocol(r, U, 1.0, reg=5.0, iters=300, scenario=3, p_online=0.5, seed=1)    # the default, honest recommender
+    errs, noisy = [], []
+    for j in range(r.n_items):
+        rows, X = honest_online_set_attack(run, j)
+        if X is None: continue
+        truth = r.rating[rows, None] * U[r.user[rows]]
+        errs.append(np.abs(X - truth).max() / np.abs(truth).max())
+        noisy.append(np.abs(honest_online_set_attack(run, j, fresh_noise=share_scale(1.0, 4.0, 3))[1] - truth).max() / np.abs(truth).max())
+    assert len(errs) >= 6 and max(errs) < 1e-5 and np.median(noisy) > 0.5
+    early = run_protocol(r, U, 1.0, reg=5.0, iters=5, scenario=3, p_online=0.5, seed=1)
+    assert all(honest_online_set_attack(early, j)[1] is None for j in range(r.n_items))     # too few iterations: no estimate

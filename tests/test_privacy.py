@@ -223,7 +223,7 @@ def test_closed_form_equals_classic_conversion_optimum(J, eps_i):
     opt, alpha = P.gaussian_epsilon_classic_optimum(z, J, 1e-5)
     assert math.isclose(closed, opt, rel_tol=1e-8)
     rho = J * eps_i ** 2 / (4 * math.log(125))
-    assert math.isclose(alpha, 1 + math.sqrt(math.log(1e5) / rho), rel_tol=1e-5)     # paper 003 Eq. 8
+    assert math.isclose(alpha, 1 + math.sqrt(math.log(1e5) / rho), rel_tol=1e-5)     # Mugdho & Imtiaz, Eq. 8
     assert P.gaussian_epsilon_rdp(z, J, 1e-5, "classic") >= closed * (1 - 1e-12)    # a grid can only be worse
 
 
