@@ -15,7 +15,8 @@ from .privacy import l2_laplace_noise, laplace_noise, check_positive, check_int 
 
 # %% auto #0
 __all__ = ['NOISES', 'rating_sensitivity', 'clip_rows', 'item_index', 'item_degrees', 'item_normal_equations',
-           'solve_item_factors', 'gd_step_sizes', 'gd_item_factors', 'sample_item_noise', 'privacy_loss', 'HuaDPMF']
+           'solve_item_factors', 'gd_step_sizes', 'gd_item_factors', 'share_scale', 'sample_item_noise', 'privacy_loss',
+           'HuaDPMF']
 
 # %% ../nbs/03_hua_dpmf.ipynb #8dd1b0de
 def rating_sensitivity(ratings: Ratings, neighbouring: str = "replace") -> float:
@@ -111,12 +112,19 @@ def gd_item_factors(ratings: Ratings, U, eta, reg: float, iters: int = 500, V0=N
 # %% ../nbs/03_hua_dpmf.ipynb #89bc06f7
 NOISES = ("l2-laplace", "hua-decomposition")
 
+def share_scale(epsilon: float,  # target ε per rating
+                Delta: float,    # rating range r_max - r_min: l2 sensitivity of the 1/2-scaled loss's gradient
+                d: int,          # dimension of the item profiles
+                ) -> float:
+    "b = Delta sqrt(d) / epsilon: the per-coordinate Laplace scale of Hua et al.'s summed noise shares."
+    return check_positive("Delta", Delta) * math.sqrt(check_int("d", d, 1)) / check_positive("epsilon", epsilon)
+
 def sample_item_noise(n_items: int, d: int, epsilon: float, Delta: float, noise: str = "l2-laplace", seed=0) -> np.ndarray:
     "eta (n_items, d) for objective perturbation with L2 sensitivity Delta: density ∝ exp(-eps||eta||/Delta), or Hua's per-coordinate Laplace."
     epsilon, Delta = check_positive("epsilon", epsilon), check_positive("Delta", Delta)
     n_items, d = check_int("n_items", n_items, 0), check_int("d", d, 1)
     if noise == "l2-laplace": return l2_laplace_noise(n_items, d, Delta / epsilon, seed)
-    if noise == "hua-decomposition": return laplace_noise((n_items, d), Delta * math.sqrt(d) / epsilon, seed, np.float64)
+    if noise == "hua-decomposition": return laplace_noise((n_items, d), share_scale(epsilon, Delta, d), seed, np.float64)
     raise ValueError(f"noise={noise!r} must be one of {NOISES}")
 
 # %% ../nbs/03_hua_dpmf.ipynb #ef98926f

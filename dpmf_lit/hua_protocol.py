@@ -15,23 +15,47 @@ from tqdm.auto import tqdm
 from . import checks
 from .data import Ratings
 from .mf import PMF, FittedModel, Mechanism, PrivacyReport, register_mechanism
-from .privacy import gaussian_epsilon, hua_conditional_mu, check_positive, check_int   # toolkit checks
-from .hua import clip_rows, gd_item_factors, gd_step_sizes, item_degrees, rating_sensitivity
+from .privacy import gaussian_epsilon, check_positive, check_int   # toolkit checks
+from .hua import clip_rows, gd_item_factors, gd_step_sizes, item_degrees, rating_sensitivity, share_scale
 
 # %% auto #0
-__all__ = ['HEADER_BYTES', 'share_scale', 'recommender_view_epsilon', 'FixedPoint', 'Batch', 'Network', 'Users', 'ThirdParty',
-           'Recommender', 'ProtocolRun', 'check_protocol_input', 'run_protocol', 'assert_recommender_blind',
-           'uniformity_pvalues', 'difference_attack', 'ProbingRecommender', 'ZeroProbeRecommender', 'online_set_attack',
-           'honest_online_set_attack', 'communication_per_iteration', 'traffic_per_iteration', 'HuaProtocol']
+__all__ = ['HEADER_BYTES', 'noise_shares', 'conditional_mu', 'recommender_view_epsilon', 'FixedPoint', 'Batch', 'Network',
+           'Users', 'ThirdParty', 'Recommender', 'ProtocolRun', 'check_protocol_input', 'run_protocol',
+           'assert_recommender_blind', 'uniformity_pvalues', 'difference_attack', 'ProbingRecommender',
+           'ZeroProbeRecommender', 'online_set_attack', 'honest_online_set_attack', 'communication_per_iteration',
+           'traffic_per_iteration', 'HuaProtocol']
+
+# %% ../nbs/04_hua_protocol.ipynb #70febc51
+def noise_shares(k: int,                 # raters of the item: shares per item
+                 d: int,                 # dimension of the item profiles
+                 epsilon: float,         # target ε per rating
+                 Delta: float,           # rating range r_max - r_min
+                 seed=0,                 # int seed or numpy Generator
+                 n: int | None = None,   # independent items to draw; None: one item, shape (k, d)
+                 ) -> np.ndarray:
+    "Hua et al.'s shares eta^(s)[l] = b sqrt(2 H[l]) C_s[l], b = share_scale(...), H ~ Exp(1) shared, C_s ~ N(0, 1/k): (k, d) or (n, k, d)."
+    k = check_int("k", k, 1)
+    b = share_scale(epsilon, Delta, d)
+    m = 1 if n is None else check_int("n", n, 0)
+    g = checks.generator(seed)
+    H = g.standard_exponential((m, 1, d))
+    C = g.standard_normal((m, k, d)) / math.sqrt(k)
+    shares = b * np.sqrt(2 * H) * C
+    return shares[0] if n is None else shares
 
 # %% ../nbs/04_hua_protocol.ipynb #5d29f273
-def share_scale(epsilon: float, Delta: float, d: int) -> float:
-    "b = Delta sqrt(d) / epsilon: the per-coordinate Laplace scale of the summed shares (1/2-scaled loss)."
-    return check_positive("Delta", Delta) * math.sqrt(check_int("d", d, 1)) / check_positive("epsilon", epsilon)
+def conditional_mu(H,               # the item's mixing variables H_j (length d, all > 0)
+                   epsilon: float,  # target ε per rating
+                   Delta: float,    # rating range r_max - r_min
+                   ) -> float:
+    "Gaussian-DP mu of the summed shares for an adversary who knows H: Delta / (b sqrt(2 min H)), b = share_scale(...)."
+    H = np.asarray(H, dtype=np.float64)
+    if H.ndim != 1 or H.size < 1 or not np.all(H > 0): raise ValueError(f"H must be a non-empty 1-D array of positive values, got shape {H.shape}")
+    return Delta / (share_scale(epsilon, Delta, H.size) * math.sqrt(2 * H.min()))
 
 def recommender_view_epsilon(H, epsilon: float, Delta: float, delta: float = 1e-5) -> float:
     "epsilon at `delta` of the summed shares for an adversary who knows H (the recommender): one Gaussian mechanism."
-    mu = hua_conditional_mu(np.asarray(H, np.float64), epsilon, Delta)   # = epsilon / sqrt(2 d min_l H[l]), whatever Delta
+    mu = conditional_mu(np.asarray(H, np.float64), epsilon, Delta)   # = epsilon / sqrt(2 d min_l H[l]), whatever Delta
     return gaussian_epsilon(1.0 / mu, delta)
 
 # %% ../nbs/04_hua_protocol.ipynb #174990d0

@@ -1,5 +1,5 @@
-"""Noise samplers, the Laplace, Gaussian and analytic-Gaussian mechanisms, L2-Laplace noise and
-Hua et al.'s decomposition of it, Rényi-DP and PLD accounting, one-posterior-sample privacy,
+"""Noise samplers, the Laplace, Gaussian and analytic-Gaussian mechanisms, L2-Laplace noise,
+Rényi-DP and PLD accounting, one-posterior-sample privacy,
 personalized privacy specifications, and a small accountant that writes the privacy report.
 
 Docs: https://dpmf-lit.github.io/dpmf-lit/privacy.html.md"""
@@ -19,12 +19,11 @@ from .mf import PrivacyReport
 # %% auto #0
 __all__ = ['NEIGHBOURING', 'DEFAULT_ORDERS', 'check_positive', 'check_int', 'gaussian_noise', 'laplace_noise', 'gaussian_delta',
            'gaussian_epsilon', 'gaussian_sigma_analytic', 'gaussian_sigma_classic', 'laplace_mechanism',
-           'gaussian_mechanism', 'l2_laplace_noise', 'hua_noise_shares', 'hua_conditional_mu', 'gaussian_rdp',
-           'laplace_rdp', 'pure_dp_rdp', 'rdp_to_dp', 'mugdho_imtiaz_epsilon', 'classic_noise_multiplier',
-           'gaussian_epsilon_classic_optimum', 'gaussian_epsilon_exact', 'gaussian_epsilon_rdp',
-           'dp_accounting_rdp_epsilon', 'dp_accounting_pld_epsilon', 'ops_epsilon', 'ops_likelihood_scale',
-           'personalized_user_epsilon', 'PrivacySpec', 'pdp_privacy_spec', 'sampling_probability', 'pdp_sample',
-           'check_probabilities', 'pdp_report', 'PrivacyAccountant']
+           'gaussian_mechanism', 'l2_laplace_noise', 'gaussian_rdp', 'laplace_rdp', 'pure_dp_rdp', 'rdp_to_dp',
+           'mugdho_imtiaz_epsilon', 'classic_noise_multiplier', 'gaussian_epsilon_classic_optimum',
+           'gaussian_epsilon_exact', 'gaussian_epsilon_rdp', 'dp_accounting_rdp_epsilon', 'dp_accounting_pld_epsilon',
+           'ops_epsilon', 'ops_likelihood_scale', 'personalized_user_epsilon', 'PrivacySpec', 'pdp_privacy_spec',
+           'sampling_probability', 'pdp_sample', 'check_probabilities', 'pdp_report', 'PrivacyAccountant']
 
 # %% ../nbs/02_privacy.ipynb #7f6fdedf
 NEIGHBOURING = ("add_remove", "replace")
@@ -151,27 +150,6 @@ def l2_laplace_noise(n: int, d: int, scale: float, seed=0) -> np.ndarray:
     u = g.standard_normal((n, d))
     u /= np.linalg.norm(u, axis=1, keepdims=True)
     return u * r[:, None]
-
-# %% ../nbs/02_privacy.ipynb #aca0a46d
-def hua_noise_shares(k: int, d: int, epsilon: float, Delta: float, seed=0, n: int | None = None) -> np.ndarray:
-    """Hua et al.'s noise shares eta^(s)[l] = (2 Delta sqrt(d)/epsilon) sqrt(2 H[l]) C_s[l], H ~ Exp(1) shared,
-    C_s ~ N(0, 1/k) per user: shape (k, d), or (n, k, d) for n independent items. Their sum over the k shares is
-    i.i.d. Laplace(2 Delta sqrt(d)/epsilon) per coordinate."""
-    k, d = check_int("k", k, 1), check_int("d", d, 1)
-    e, D = check_positive("epsilon", epsilon), check_positive("Delta", Delta)
-    m = 1 if n is None else check_int("n", n, 0)
-    g = _generator(seed)
-    H = g.standard_exponential((m, 1, d))
-    C = g.standard_normal((m, k, d)) / math.sqrt(k)
-    shares = (2 * D * math.sqrt(d) / e) * np.sqrt(2 * H) * C
-    return shares[0] if n is None else shares
-
-def hua_conditional_mu(H, epsilon: float, Delta: float) -> float:
-    "Gaussian-DP mu of Hua's summed noise for an adversary who knows H (l2 sensitivity 2*Delta): 2Delta/(b sqrt(2 min H))."
-    H = np.asarray(H, dtype=np.float64)
-    if H.ndim != 1 or H.size < 1 or not np.all(H > 0): raise ValueError(f"H must be a non-empty 1-D array of positive values, got shape {H.shape}")
-    b = 2 * check_positive("Delta", Delta) * math.sqrt(H.size) / check_positive("epsilon", epsilon)
-    return 2 * Delta / (b * math.sqrt(2 * H.min()))
 
 # %% ../nbs/02_privacy.ipynb #551d023b
 try:
@@ -318,7 +296,7 @@ class PrivacySpec:
 
 def pdp_privacy_spec(ratings: Ratings, f_c: float = 0.54, f_m: float = 0.37, eps_c: float = 0.1,
                      eps_m: float = 0.2, eps_l: float = 1.0, seed=0) -> PrivacySpec:
-    """Paper 001's generator: a random f_c of the ratings get eps ~ U[eps_c, eps_m), f_m get U[eps_m, eps_l),
+    """Zhang et al.'s generator: a random f_c of the ratings get eps ~ U[eps_c, eps_m), f_m get U[eps_m, eps_l),
     the rest (f_l = 1 - f_c - f_m) get eps_l."""
     for name, f in (("f_c", f_c), ("f_m", f_m)):
         try: ok = 0 <= float(f) <= 1

@@ -10,12 +10,31 @@ from scipy import stats
 from dpmf_lit.data import Ratings, random_split, synthetic
 from dpmf_lit.mf import PMF, get_mechanism
 from dpmf_lit.hua import (HuaDPMF, clip_rows, gd_item_factors, item_degrees, item_normal_equations, privacy_loss,
-                          rating_sensitivity, sample_item_noise, solve_item_factors)
+                          rating_sensitivity, sample_item_noise, share_scale, solve_item_factors)
 from dpmf_lit.hua_protocol import (FixedPoint, HuaProtocol, ProbingRecommender, ZeroProbeRecommender,
                                    assert_recommender_blind, communication_per_iteration, difference_attack,
-                                   online_set_attack, recommender_view_epsilon, run_protocol, share_scale,
+                                   online_set_attack, recommender_view_epsilon, run_protocol, noise_shares, conditional_mu,
                                    traffic_per_iteration, uniformity_pvalues)
-from dpmf_lit.privacy import hua_noise_shares
+from dpmf_lit.privacy import l2_laplace_noise, laplace_noise
+from dpmf_lit import hua, hua_protocol
+
+
+N = 100_000          # draws per statistical test of the noise shares
+ACCEPT = 1e-3        # a correct sampler must not be rejected at this level (fixed seeds: deterministic)
+REJECT = 1e-6        # a wrong sampler must be rejected at this level
+
+
+def ks_p(x, cdf):
+    return stats.kstest(np.asarray(x, dtype=np.float64).ravel(), cdf).pvalue
+
+
+def independence_p(x, y, bins=8):
+    "chi-square test of independence on quantile bins of x and y"
+    qx = np.searchsorted(np.quantile(x, np.linspace(0, 1, bins + 1)[1:-1]), x)
+    qy = np.searchsorted(np.quantile(y, np.linspace(0, 1, bins + 1)[1:-1]), y)
+    table = np.zeros((bins, bins))
+    np.add.at(table, (qx, qy), 1)
+    return stats.chi2_contingency(table)[1]
 
 
 @pytest.fixture(scope="module")
@@ -256,10 +275,10 @@ def test_aggregate_noise_is_per_coordinate_laplace_not_l2_laplace():
     assert stats.kstest(eta.ravel(), "laplace", args=(0, b)).pvalue > 1e-3
     assert stats.kstest(eta.ravel(), "laplace", args=(0, b / 2)).pvalue < 1e-6
     assert stats.kstest(np.linalg.norm(eta, axis=1), "gamma", args=(5, 0, rating_sensitivity(big))).pvalue < 1e-3
-    # the actors' shares have the law of the privacy toolkit's hua_noise_shares (paper's unscaled loss: halve it)
-    toolkit = hua_noise_shares(4, 5, 1.0, rating_sensitivity(big), seed=1, n=4000).sum(axis=1)
-    assert stats.ks_2samp(eta.ravel(), toolkit.ravel() / 2).pvalue > 1e-3
-    assert stats.ks_2samp(eta.ravel(), toolkit.ravel()).pvalue < 1e-6                    # the 2x convention is detected
+    # the actors' shares have the law of noise_shares, at the same scale (no factor 2 anywhere)
+    shares = noise_shares(4, 5, 1.0, rating_sensitivity(big), seed=1, n=4000).sum(axis=1)
+    assert stats.ks_2samp(eta.ravel(), shares.ravel()).pvalue > 1e-3
+    assert stats.ks_2samp(eta.ravel(), 2 * shares.ravel()).pvalue < 1e-6               # the unscaled-loss 2x is detected
 
 
 def test_recommender_knowing_h_gets_a_weaker_than_pure_guarantee():
@@ -372,3 +391,97 @@ def test_honest_but_curious_recommender_recovers_ratings_in_scenario3():
     assert len(errs) >= 6 and max(errs) < 1e-5 and np.median(noisy) > 0.5
     early = run_protocol(r, U, 1.0, reg=5.0, iters=5, scenario=3, p_online=0.5, seed=1)
     assert all(honest_online_set_attack(early, j)[1] is None for j in range(r.n_items))     # too few iterations: no estimate
+
+
+# ---------------------------------------------------------------- the noise shares: one scale, Delta sqrt(d) / eps
+def test_hua_sum_is_iid_laplace_per_coordinate_and_half_scale_rejected():
+    k, d, eps, Delta = 6, 4, 0.8, 1.5
+    b = Delta * math.sqrt(d) / eps
+    shares = noise_shares(k, d, eps, Delta, seed=31, n=N)
+    assert shares.shape == (N, k, d)
+    eta = shares.sum(axis=1)
+    for l in range(d):
+        assert ks_p(eta[:, l], stats.laplace(scale=b).cdf) > ACCEPT
+    assert independence_p(eta[:, 0], eta[:, 1]) > ACCEPT
+    half = noise_shares(k, d, 2 * eps, Delta, seed=31, n=N).sum(axis=1)   # half the noise
+    assert ks_p(half[:, 0], stats.laplace(scale=b).cdf) < REJECT
+    # one user's share alone is a scale mixture with variance 2 b^2 / k per coordinate (far from the total)
+    assert abs(shares[:, 0, 0].var() / (2 * b * b / k) - 1) < 0.05
+    # H is shared: within an item, every share of coordinate l is sqrt(2 H[l]) * (Delta sqrt(d)/eps) * C_s[l]
+    one = noise_shares(k, d, eps, Delta, seed=31)
+    assert one.shape == (k, d)
+    assert np.array_equal(one, noise_shares(k, d, eps, Delta, seed=31))
+
+
+def test_hua_sum_is_not_the_l2_laplace_distribution():
+    "Same guarantee, different law: the norm of Hua's sum is not Gamma(d, Delta / eps)."
+    k, d, eps, Delta = 5, 5, 1.0, 1.0
+    eta = noise_shares(k, d, eps, Delta, seed=32, n=N).sum(axis=1)
+    assert ks_p(np.linalg.norm(eta, axis=1), stats.gamma(d, scale=Delta / eps).cdf) < REJECT
+
+
+def test_hua_sum_privacy_loss_for_l2_sensitivity_Delta_is_epsilon_and_attained():
+    """Privacy loss log p(eta) - log p(eta - v) of Hua's summed noise (Laplace(b) per coordinate, tested above) for
+    shifts v with |v|_2 = Delta: never above eps, and equal to eps along (1, ..., 1) whenever all eta_l <= 0."""
+    k, d, eps, Delta = 5, 7, 0.6, 2.0
+    b, S = Delta * math.sqrt(d) / eps, Delta
+    eta = noise_shares(k, d, eps, Delta, seed=33, n=20_000).sum(axis=1)
+    V = np.random.default_rng(3).standard_normal((40, d)); V *= S / np.linalg.norm(V, axis=1, keepdims=True)
+    worst = np.full(d, S / math.sqrt(d))                                   # |v|_1 = sqrt(d) |v|_2
+    V = np.vstack([V, worst, -worst])
+    loss = (np.abs(eta[:, None, :] - V[None]).sum(-1) - np.abs(eta).sum(-1)[:, None]) / b
+    assert loss.max() <= eps + 1e-9
+    assert np.isclose(loss[:, -2].max(), eps, rtol=1e-9)                  # attained (all eta_l <= 0 happens ~2^-7)
+    assert loss[:, :-2].max() < eps                                          # generic directions: strictly less
+    # the L2-Laplace with beta = Delta / eps: the same bound for the same shifts
+    beta = S / eps
+    eta2 = l2_laplace_noise(20_000, d, beta, seed=34)
+    loss2 = (np.linalg.norm(eta2[:, None, :] - V[None], axis=-1) - np.linalg.norm(eta2, axis=1)[:, None]) / beta
+    assert loss2.max() <= eps + 1e-9 and loss2.max() > 0.8 * eps
+
+
+def test_conditional_mu_is_the_worst_mahalanobis_shift():
+    "Given H, the sum is N(0, diag(2 b^2 H)); mu = max over |v|_2 <= Delta of |v|_Sigma^-1, at the smallest H."
+    d, eps, Delta = 6, 0.8, 1.5
+    b, S = Delta * math.sqrt(d) / eps, Delta
+    H = np.random.default_rng(4).standard_exponential(d)
+    mu = conditional_mu(H, eps, Delta)
+    V = np.random.default_rng(5).standard_normal((10_000, d)); V *= S / np.linalg.norm(V, axis=1, keepdims=True)
+    maha = np.sqrt((V ** 2 / (2 * b * b * H)).sum(axis=1))
+    assert maha.max() <= mu * (1 + 1e-12) and maha.max() > 0.9 * mu
+    e_min = np.zeros(d); e_min[np.argmin(H)] = S
+    assert math.isclose(math.sqrt((e_min ** 2 / (2 * b * b * H)).sum()), mu, rel_tol=1e-12)
+    # given H the noise is Gaussian, not Laplace: within one item the k shares of coordinate l are i.i.d.
+    # N(0, 2 b^2 H_l / k); standardized by their own spread they are N(0, 1) (KS), and their kurtosis is 3, not 6
+    k = 2000
+    z = noise_shares(k, d, eps, Delta, seed=6) / (b * math.sqrt(2 / k))   # column l = sqrt(H_l) * N(0, 1)
+    z = z / z.std(axis=0)
+    assert ks_p(z.ravel(), stats.norm.cdf) > ACCEPT
+    assert abs(stats.kurtosis(z.ravel(), fisher=False) - 3) < 0.3
+
+
+def test_one_share_scale_for_the_decomposition_everywhere():
+    "Delta sqrt(d)/eps (1/2-scaled loss) is the one scale: shares, protocol and sample_item_noise share one function."
+    assert share_scale(0.8, 4.0, 9) == 4.0 * 3 / 0.8
+    assert hua_protocol.share_scale is hua.share_scale                      # the protocol uses notebook 03's function
+    eta = sample_item_noise(30_000, 4, 0.8, 4.0, noise="hua-decomposition", seed=3)
+    assert np.array_equal(eta, laplace_noise((30_000, 4), share_scale(0.8, 4.0, 4), 3, np.float64))
+    summed = noise_shares(5, 4, 0.8, 4.0, seed=7, n=30_000).sum(axis=1)    # the shares sum to the same law
+    assert stats.ks_2samp(summed.ravel(), eta.ravel()).pvalue > ACCEPT
+    assert stats.ks_2samp(2 * summed.ravel(), eta.ravel()).pvalue < REJECT    # the unscaled-loss factor 2 is detected
+
+
+BAD_SHARES = [
+    (lambda: noise_shares(0, 3, 1.0, 1.0), "k=0"),
+    (lambda: noise_shares(3, 3, 1.0, -1.0), "Delta=-1.0"),
+    (lambda: noise_shares(3, 0, 1.0, 1.0), "d=0"),
+    (lambda: noise_shares(3, 3, 0.0, 1.0), "epsilon=0.0"),
+    (lambda: conditional_mu(np.array([1.0, 0.0]), 1.0, 1.0), "H must be"),
+]
+
+
+@pytest.mark.parametrize("call,message", BAD_SHARES, ids=[m for _, m in BAD_SHARES])
+def test_noise_shares_bad_input(call, message):
+    with pytest.raises(ValueError) as info:
+        call()
+    assert message in str(info.value)

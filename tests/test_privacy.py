@@ -112,73 +112,6 @@ def test_l2_laplace_in_one_dimension_is_laplace():
     assert ks_p(P.l2_laplace_noise(N, 1, 2.0, seed=23), stats.laplace(scale=2.0).cdf) > ACCEPT
 
 
-# ---------------------------------------------------------------- Hua et al.'s decomposition
-def test_hua_sum_is_iid_laplace_per_coordinate_and_half_scale_rejected():
-    k, d, eps, Delta = 6, 4, 0.8, 1.5
-    b = 2 * Delta * math.sqrt(d) / eps
-    shares = P.hua_noise_shares(k, d, eps, Delta, seed=31, n=N)
-    assert shares.shape == (N, k, d)
-    eta = shares.sum(axis=1)
-    for l in range(d):
-        assert ks_p(eta[:, l], stats.laplace(scale=b).cdf) > ACCEPT
-    assert independence_p(eta[:, 0], eta[:, 1]) > ACCEPT
-    half = P.hua_noise_shares(k, d, 2 * eps, Delta, seed=31, n=N).sum(axis=1)   # half the noise
-    assert ks_p(half[:, 0], stats.laplace(scale=b).cdf) < REJECT
-    # one user's share alone is a scale mixture with variance 2 b^2 / k per coordinate (far from the total)
-    assert abs(shares[:, 0, 0].var() / (2 * b * b / k) - 1) < 0.05
-    # H is shared: within an item, every share of coordinate l is sqrt(2 H[l]) * (2 Delta sqrt(d)/eps) * C_s[l]
-    one = P.hua_noise_shares(k, d, eps, Delta, seed=31)
-    assert one.shape == (k, d)
-    assert np.array_equal(one, P.hua_noise_shares(k, d, eps, Delta, seed=31))
-
-
-def test_hua_sum_is_not_the_l2_laplace_distribution():
-    "Same guarantee, different law: the norm of Hua's sum is not Gamma(d, 2 Delta / eps)."
-    k, d, eps, Delta = 5, 5, 1.0, 1.0
-    eta = P.hua_noise_shares(k, d, eps, Delta, seed=32, n=N).sum(axis=1)
-    assert ks_p(np.linalg.norm(eta, axis=1), stats.gamma(d, scale=2 * Delta / eps).cdf) < REJECT
-
-
-def test_hua_sum_privacy_loss_for_l2_sensitivity_2Delta_is_epsilon_and_attained():
-    """Privacy loss log p(eta) - log p(eta - v) of Hua's summed noise (Laplace(b) per coordinate, tested above) for
-    shifts v with |v|_2 = 2 Delta: never above eps, and equal to eps along (1, ..., 1) whenever all eta_l <= 0."""
-    k, d, eps, Delta = 5, 7, 0.6, 2.0
-    b, S = 2 * Delta * math.sqrt(d) / eps, 2 * Delta
-    eta = P.hua_noise_shares(k, d, eps, Delta, seed=33, n=20_000).sum(axis=1)
-    V = np.random.default_rng(3).standard_normal((40, d)); V *= S / np.linalg.norm(V, axis=1, keepdims=True)
-    worst = np.full(d, S / math.sqrt(d))                                   # |v|_1 = sqrt(d) |v|_2
-    V = np.vstack([V, worst, -worst])
-    loss = (np.abs(eta[:, None, :] - V[None]).sum(-1) - np.abs(eta).sum(-1)[:, None]) / b
-    assert loss.max() <= eps + 1e-9
-    assert np.isclose(loss[:, -2].max(), eps, rtol=1e-9)                  # attained (all eta_l <= 0 happens ~2^-7)
-    assert loss[:, :-2].max() < eps                                          # generic directions: strictly less
-    # the L2-Laplace with beta = 2 Delta / eps: the same bound for the same shifts
-    beta = S / eps
-    eta2 = P.l2_laplace_noise(20_000, d, beta, seed=34)
-    loss2 = (np.linalg.norm(eta2[:, None, :] - V[None], axis=-1) - np.linalg.norm(eta2, axis=1)[:, None]) / beta
-    assert loss2.max() <= eps + 1e-9 and loss2.max() > 0.8 * eps
-
-
-def test_hua_conditional_mu_is_the_worst_mahalanobis_shift():
-    "Given H, the sum is N(0, diag(2 b^2 H)); mu = max over |v|_2 <= 2 Delta of |v|_Sigma^-1, at the smallest H."
-    d, eps, Delta = 6, 0.8, 1.5
-    b, S = 2 * Delta * math.sqrt(d) / eps, 2 * Delta
-    H = np.random.default_rng(4).standard_exponential(d)
-    mu = P.hua_conditional_mu(H, eps, Delta)
-    V = np.random.default_rng(5).standard_normal((10_000, d)); V *= S / np.linalg.norm(V, axis=1, keepdims=True)
-    maha = np.sqrt((V ** 2 / (2 * b * b * H)).sum(axis=1))
-    assert maha.max() <= mu * (1 + 1e-12) and maha.max() > 0.9 * mu
-    e_min = np.zeros(d); e_min[np.argmin(H)] = S
-    assert math.isclose(math.sqrt((e_min ** 2 / (2 * b * b * H)).sum()), mu, rel_tol=1e-12)
-    # given H the noise is Gaussian, not Laplace: within one item the k shares of coordinate l are i.i.d.
-    # N(0, 2 b^2 H_l / k); standardized by their own spread they are N(0, 1) (KS), and their kurtosis is 3, not 6
-    k = 2000
-    z = P.hua_noise_shares(k, d, eps, Delta, seed=6) / (b * math.sqrt(2 / k))   # column l = sqrt(H_l) * N(0, 1)
-    z = z / z.std(axis=0)
-    assert ks_p(z.ravel(), stats.norm.cdf) > ACCEPT
-    assert abs(stats.kurtosis(z.ravel(), fisher=False) - 3) < 0.3
-
-
 # ---------------------------------------------------------------- Gaussian calibration
 @pytest.mark.parametrize("eps", [0.1, 0.5, 1.0, 2.0, 4.0])
 @pytest.mark.parametrize("delta", [1e-10, 1e-5, 1e-2])
@@ -449,10 +382,6 @@ BAD = [
     (lambda: P.laplace_mechanism(np.zeros(3), -2.0, 1.0), "l1_sensitivity=-2.0"),
     (lambda: P.l2_laplace_noise(10, 0, 1.0), "d=0"),
     (lambda: P.l2_laplace_noise(10, 3, -1.0), "scale=-1.0"),
-    (lambda: P.hua_noise_shares(0, 3, 1.0, 1.0), "k=0"),
-    (lambda: P.hua_noise_shares(3, 3, 1.0, -1.0), "Delta=-1.0"),
-    (lambda: P.hua_noise_shares(3, 0, 1.0, 1.0), "d=0"),
-    (lambda: P.hua_noise_shares(3, 3, 0.0, 1.0), "epsilon=0.0"),
     (lambda: P.gaussian_delta(1.0, -0.5), "epsilon=-0.5"),
     (lambda: P.gaussian_delta(1.0, "x"), "epsilon='x'"),
     (lambda: P.gaussian_epsilon(1.0, 0.0), "delta=0.0"),
@@ -484,7 +413,6 @@ BAD = [
     (lambda: P.PrivacyAccountant().gaussian(-1.0), "noise_multiplier=-1.0"),
     (lambda: P.PrivacyAccountant().gaussian(1.0).report(delta=0), "delta=0"),
     (lambda: P.PrivacyAccountant().report(method="magic"), "method='magic'"),
-    (lambda: P.hua_conditional_mu(np.array([1.0, 0.0]), 1.0, 1.0), "H must be"),
 ]
 
 
