@@ -14,27 +14,11 @@ from .mf import PMF, FittedModel, Mechanism, PrivacyReport, register_mechanism, 
 from .privacy import l2_laplace_noise, laplace_noise, check_positive, check_int   # the toolkit's argument checks
 
 # %% auto #0
-__all__ = ['NOISES', 'rating_sensitivity', 'clip_rows', 'item_index', 'item_degrees', 'item_normal_equations',
-           'solve_item_factors', 'gd_step_sizes', 'gd_item_factors', 'share_scale', 'sample_item_noise', 'privacy_loss',
+__all__ = ['NOISES', 'item_index', 'item_degrees', 'item_normal_equations', 'solve_item_factors', 'clip_rows',
+           'rating_sensitivity', 'privacy_loss', 'share_scale', 'sample_item_noise', 'gd_step_sizes', 'gd_item_factors',
            'HuaDPMF']
 
-# %% ../nbs/03_hua_dpmf.ipynb #8dd1b0de
-def rating_sensitivity(ratings: Ratings, neighbouring: str = "replace") -> float:
-    "L2 sensitivity Δ of the perturbed gradient to one rating (rows of U clipped to norm 1): r_max - r_min under 'replace'."
-    if neighbouring == "replace": return float(ratings.rating_max) - float(ratings.rating_min)
-    if neighbouring == "add_remove":
-        raise ValueError("neighbouring='add_remove': objective perturbation of the squared loss has no finite sensitivity "
-                         "(adding a rating (p, q, r) shifts the noise explaining an output v_q by (r - u_p^T v_q) u_p, unbounded "
-                         "in v_q; see nbs/03_hua_dpmf section 3.1); use 'replace'")
-    raise ValueError(f"neighbouring={neighbouring!r} must be 'replace' or 'add_remove'")
-
-def clip_rows(U, max_norm: float = 1.0) -> np.ndarray:
-    "Rows of U scaled down to L2 norm <= max_norm (float64 copy)."
-    max_norm = check_positive("max_norm", max_norm)
-    U = np.array(U, dtype=np.float64)
-    norms = np.linalg.norm(U, axis=1)
-    return U / np.maximum(1.0, norms / max_norm)[:, None]
-
+# %% ../nbs/03_hua_dpmf.ipynb #f3c76d91
 def item_index(ratings: Ratings):
     "Item-major (CSC) view via `mf.to_csr`: (ptr, users, values) with item j's raters in users[ptr[j]:ptr[j+1]]."
     return to_csr(ratings.item, ratings.user, ratings.rating, ratings.n_items)
@@ -43,7 +27,7 @@ def item_degrees(ratings: Ratings) -> np.ndarray:
     "k_j: the number of ratings of each item."
     return np.bincount(ratings.item, minlength=ratings.n_items).astype(np.int64)
 
-# %% ../nbs/03_hua_dpmf.ipynb #3c248488
+# %% ../nbs/03_hua_dpmf.ipynb #6c8d12da
 @njit(cache=True, parallel=True)
 def _normal_equations(ptr, users, vals, U, reg, A, b):
     n_items, d = A.shape[0], A.shape[1]
@@ -70,6 +54,7 @@ def item_normal_equations(ratings: Ratings, U, reg: float):
     _normal_equations(*item_index(ratings), U, float(reg), A, b)
     return A, b
 
+# %% ../nbs/03_hua_dpmf.ipynb #3895ad1a
 def solve_item_factors(A, b, eta) -> np.ndarray:
     "Closed form of Scenario 1: v_j = A_j^{-1} (b_j - eta_j), for all items at once."
     A, b, eta = np.asarray(A, np.float64), np.asarray(b, np.float64), np.asarray(eta, np.float64)
@@ -78,7 +63,50 @@ def solve_item_factors(A, b, eta) -> np.ndarray:
     except np.linalg.LinAlgError:
         raise ValueError("some A_j is singular: with reg=0 every item needs >= d raters spanning R^d; use reg > 0") from None
 
-# %% ../nbs/03_hua_dpmf.ipynb #25cc775a
+# %% ../nbs/03_hua_dpmf.ipynb #a9d21373
+def clip_rows(U, max_norm: float = 1.0) -> np.ndarray:
+    "Rows of U scaled down to L2 norm <= max_norm (float64 copy)."
+    max_norm = check_positive("max_norm", max_norm)
+    U = np.array(U, dtype=np.float64)
+    norms = np.linalg.norm(U, axis=1)
+    return U / np.maximum(1.0, norms / max_norm)[:, None]
+
+# %% ../nbs/03_hua_dpmf.ipynb #10dda143
+def rating_sensitivity(ratings: Ratings, neighbouring: str = "replace") -> float:
+    "L2 sensitivity Δ of the perturbed gradient to one rating (rows of U clipped to norm 1): r_max - r_min under 'replace'."
+    if neighbouring == "replace": return float(ratings.rating_max) - float(ratings.rating_min)
+    if neighbouring == "add_remove":
+        raise ValueError("neighbouring='add_remove': objective perturbation of the squared loss has no finite sensitivity "
+                         "(adding a rating (p, q, r) shifts the noise explaining an output v_q by (r - u_p^T v_q) u_p, unbounded "
+                         "in v_q; see nbs/03_hua_dpmf section 3.1); use 'replace'")
+    raise ValueError(f"neighbouring={neighbouring!r} must be 'replace' or 'add_remove'")
+
+# %% ../nbs/03_hua_dpmf.ipynb #a97e2083
+def privacy_loss(v, A, b, A2, b2, epsilon: float, Delta: float) -> np.ndarray:
+    "Exact log f_D(v) - log f_D'(v) of the L2-Laplace objective perturbation for outputs v (rows) of one item."
+    v = np.atleast_2d(np.asarray(v, np.float64))
+    e1 = np.linalg.norm(b[None] - v @ A.T, axis=1); e2 = np.linalg.norm(b2[None] - v @ A2.T, axis=1)
+    return epsilon / Delta * (e2 - e1) + np.linalg.slogdet(A)[1] - np.linalg.slogdet(A2)[1]
+
+# %% ../nbs/03_hua_dpmf.ipynb #16e1ea8d
+NOISES = ("l2-laplace", "hua-decomposition")
+
+def share_scale(epsilon: float,  # target ε per rating
+                Delta: float,    # rating range r_max - r_min: l2 sensitivity of the 1/2-scaled loss's gradient
+                d: int,          # dimension of the item profiles
+                ) -> float:
+    "b = Delta sqrt(d) / epsilon: the per-coordinate Laplace scale of Hua et al.'s summed noise shares."
+    return check_positive("Delta", Delta) * math.sqrt(check_int("d", d, 1)) / check_positive("epsilon", epsilon)
+
+def sample_item_noise(n_items: int, d: int, epsilon: float, Delta: float, noise: str = "l2-laplace", seed=0) -> np.ndarray:
+    "eta (n_items, d) for objective perturbation with L2 sensitivity Delta: density ∝ exp(-eps||eta||/Delta), or Hua's per-coordinate Laplace."
+    epsilon, Delta = check_positive("epsilon", epsilon), check_positive("Delta", Delta)
+    n_items, d = check_int("n_items", n_items, 0), check_int("d", d, 1)
+    if noise == "l2-laplace": return l2_laplace_noise(n_items, d, Delta / epsilon, seed)
+    if noise == "hua-decomposition": return laplace_noise((n_items, d), share_scale(epsilon, Delta, d), seed, np.float64)
+    raise ValueError(f"noise={noise!r} must be one of {NOISES}")
+
+# %% ../nbs/03_hua_dpmf.ipynb #75f91cd5
 @njit(cache=True, parallel=True)
 def _gd_items(ptr, users, vals, U, eta, reg, step, V, iters):
     n_items, d = V.shape
@@ -108,31 +136,6 @@ def gd_item_factors(ratings: Ratings, U, eta, reg: float, iters: int = 500, V0=N
     step = gd_step_sizes(ratings, U, reg) if step is None else np.ascontiguousarray(step, np.float64)
     _gd_items(*item_index(ratings), U, eta, float(reg), step, V, iters)
     return V
-
-# %% ../nbs/03_hua_dpmf.ipynb #89bc06f7
-NOISES = ("l2-laplace", "hua-decomposition")
-
-def share_scale(epsilon: float,  # target ε per rating
-                Delta: float,    # rating range r_max - r_min: l2 sensitivity of the 1/2-scaled loss's gradient
-                d: int,          # dimension of the item profiles
-                ) -> float:
-    "b = Delta sqrt(d) / epsilon: the per-coordinate Laplace scale of Hua et al.'s summed noise shares."
-    return check_positive("Delta", Delta) * math.sqrt(check_int("d", d, 1)) / check_positive("epsilon", epsilon)
-
-def sample_item_noise(n_items: int, d: int, epsilon: float, Delta: float, noise: str = "l2-laplace", seed=0) -> np.ndarray:
-    "eta (n_items, d) for objective perturbation with L2 sensitivity Delta: density ∝ exp(-eps||eta||/Delta), or Hua's per-coordinate Laplace."
-    epsilon, Delta = check_positive("epsilon", epsilon), check_positive("Delta", Delta)
-    n_items, d = check_int("n_items", n_items, 0), check_int("d", d, 1)
-    if noise == "l2-laplace": return l2_laplace_noise(n_items, d, Delta / epsilon, seed)
-    if noise == "hua-decomposition": return laplace_noise((n_items, d), share_scale(epsilon, Delta, d), seed, np.float64)
-    raise ValueError(f"noise={noise!r} must be one of {NOISES}")
-
-# %% ../nbs/03_hua_dpmf.ipynb #ef98926f
-def privacy_loss(v, A, b, A2, b2, epsilon: float, Delta: float) -> np.ndarray:
-    "Exact log f_D(v) - log f_D'(v) of the L2-Laplace objective perturbation for outputs v (rows) of one item."
-    v = np.atleast_2d(np.asarray(v, np.float64))
-    e1 = np.linalg.norm(b[None] - v @ A.T, axis=1); e2 = np.linalg.norm(b2[None] - v @ A2.T, axis=1)
-    return epsilon / Delta * (e2 - e1) + np.linalg.slogdet(A)[1] - np.linalg.slogdet(A2)[1]
 
 # %% ../nbs/03_hua_dpmf.ipynb #752e0c35
 from . import checks   # the package's validators (this module's check_* come from privacy)

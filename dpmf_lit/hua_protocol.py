@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 from . import checks
 from .data import Ratings
 from .mf import PMF, FittedModel, Mechanism, PrivacyReport, register_mechanism
+from .mechanism import Factors
 from .privacy import gaussian_epsilon, check_positive, check_int   # toolkit checks
 from .hua import clip_rows, gd_item_factors, gd_step_sizes, item_degrees, rating_sensitivity, share_scale
 
@@ -58,7 +59,7 @@ def recommender_view_epsilon(H, epsilon: float, Delta: float, delta: float = 1e-
     mu = conditional_mu(np.asarray(H, np.float64), epsilon, Delta)   # = epsilon / sqrt(2 d min_l H[l]), whatever Delta
     return gaussian_epsilon(1.0 / mu, delta)
 
-# %% ../nbs/04_hua_protocol.ipynb #174990d0
+# %% ../nbs/04_hua_protocol.ipynb #7439fca4
 @njit(cache=True)
 def _mod_segment_sum(seg, X, n_seg, P):
     "Row sums of int64 residues X grouped by seg, mod P (no overflow: P <= 2^62)."
@@ -70,6 +71,7 @@ def _mod_segment_sum(seg, X, n_seg, P):
             out[s, a] = v - P if v >= P else v
     return out
 
+# %% ../nbs/04_hua_protocol.ipynb #10e423ed
 @dataclass(frozen=True)
 class FixedPoint:
     "Fixed-point encoding of reals into Z_P with scale `scale`; sums decode exactly while |sum| <= bound."
@@ -140,7 +142,7 @@ class Network:
     def table(self) -> pd.DataFrame:
         return pd.DataFrame(self.log, columns=["t", "kind", "sender", "receiver", "messages", "bytes"])
 
-# %% ../nbs/04_hua_protocol.ipynb #51014b5d
+# %% ../nbs/04_hua_protocol.ipynb #eb1bef24
 class Users:
     "The users: each holds its ratings, its profile u_i, its noise shares; computes its own messages only."
     role = "users"
@@ -172,17 +174,21 @@ class Users:
             phi = self._codec.add(self._codec.add(self._codec.encode(grad), noise), p["psi"])
             self._outbox = Batch("masked_gradient", self.role, "third_party", batch.t, batch.items, rows, {"phi": phi})
 
-    def send(self) -> Batch:
-        out, self._outbox = self._outbox, None
-        return out
+# %% ../nbs/04_hua_protocol.ipynb #d3ce4a41
+def _users_send(self: Users) -> Batch:
+    out, self._outbox = self._outbox, None
+    return out
 
-    def noise_total(self, n_items: int) -> np.ndarray:
-        "SIMULATOR ORACLE (tests only; no actor can compute this): the float sum of all shares per item."
-        out = np.zeros((n_items, self._U.shape[1])); np.add.at(out, self._item, self._share); return out
+def _users_noise_total(self: Users, n_items: int) -> np.ndarray:
+    "SIMULATOR ORACLE (tests only; no actor can compute this): the float sum of all shares per item."
+    out = np.zeros((n_items, self._U.shape[1])); np.add.at(out, self._item, self._share); return out
 
-    def online_rows(self, online_users: np.ndarray) -> np.ndarray:
-        return np.flatnonzero(online_users[self._user])
+def _users_online_rows(self: Users, online_users: np.ndarray) -> np.ndarray:
+    return np.flatnonzero(online_users[self._user])
 
+Users.send, Users.noise_total, Users.online_rows = _users_send, _users_noise_total, _users_online_rows
+
+# %% ../nbs/04_hua_protocol.ipynb #1d465ad5
 class ThirdParty:
     "Sums masked messages per item mod P (Scenario 3: adds/removes its mask alpha_j); forwards only sums of >= 2 users."
     role = "third_party"
@@ -212,7 +218,7 @@ class ThirdParty:
         out, self._outbox = self._outbox, None
         return out
 
-# %% ../nbs/04_hua_protocol.ipynb #a5c5c030
+# %% ../nbs/04_hua_protocol.ipynb #852062c9
 class Recommender:
     "Holds V, chooses H_j and masks, unmasks aggregates, runs the gradient step. Sees nothing else."
     role = "recommender"
@@ -242,40 +248,43 @@ class Recommender:
             if self.view is not None: self.view.append((batch.t, items, self.V[items].copy(), g))
             self.V[items] -= self._step[items, None] * (g + self._reg * self.V[items])
 
-    def noise_seeds(self, rows: np.ndarray, t: int = 0) -> Batch:
-        "Scenario 2 set-up: H_j ~ Exp(1)^d to every rater of item j, with k_j."
-        self.H = self._rng.standard_exponential(self.V.shape)
-        items = self._items_of_row[rows]
-        return Batch("noise_seed", self.role, "users", t, items, rows, {"H": self.H[items], "k": self._k[items].astype(np.float64)})
+# %% ../nbs/04_hua_protocol.ipynb #d4ced402
+def _rec_noise_seeds(self: Recommender, rows: np.ndarray, t: int = 0) -> Batch:
+    "Scenario 2 set-up: H_j ~ Exp(1)^d to every rater of item j, with k_j."
+    self.H = self._rng.standard_exponential(self.V.shape)
+    items = self._items_of_row[rows]
+    return Batch("noise_seed", self.role, "users", t, items, rows, {"H": self.H[items], "k": self._k[items].astype(np.float64)})
 
-    def beta_masks(self, rows: np.ndarray, group_k: np.ndarray, t: int = 0) -> list[Batch]:
-        "Scenario 3 set-up: H_j (with the group size) and beta masks to the chosen online group of each item."
-        self.H = self._rng.standard_exponential(self.V.shape)
-        items = self._items_of_row[rows]
-        beta = self._codec.uniform(self._rng, (len(rows), self.V.shape[1]))
-        self._beta_sum = self._codec.segment_sum(items, beta, len(self.V))
-        return [Batch("noise_seed", self.role, "users", t, items, rows, {"H": self.H[items], "k": group_k[items].astype(np.float64)}),
-                Batch("beta_mask", self.role, "users", t, items, rows, {"beta": beta})]
+def _rec_beta_masks(self: Recommender, rows: np.ndarray, group_k: np.ndarray, t: int = 0) -> list[Batch]:
+    "Scenario 3 set-up: H_j (with the group size) and beta masks to the chosen online group of each item."
+    self.H = self._rng.standard_exponential(self.V.shape)
+    items = self._items_of_row[rows]
+    beta = self._codec.uniform(self._rng, (len(rows), self.V.shape[1]))
+    self._beta_sum = self._codec.segment_sum(items, beta, len(self.V))
+    return [Batch("noise_seed", self.role, "users", t, items, rows, {"H": self.H[items], "k": group_k[items].astype(np.float64)}),
+            Batch("beta_mask", self.role, "users", t, items, rows, {"beta": beta})]
 
-    def model(self, rows: np.ndarray, t: int, scenario: int) -> Batch:
-        "v_j(t) and a fresh mask Psi (uniform on Z_P) for every requesting rater; Scenario 3 adds a piece of tau-hat."
-        items = self._items_of_row[rows]
-        if self.online is not None: self.online[t] = np.asarray(rows).copy()
-        psi = self._codec.uniform(self._rng, (len(rows), self.V.shape[1]))
-        self._psi_sum = self._codec.segment_sum(items, psi, len(self.V))
-        payload = {"v": self.V[items].copy(), "psi": psi}
-        if scenario == 3:                         # random split of tau-hat_j into k' pieces for the current group
-            piece = self._codec.uniform(self._rng, (len(rows), self.V.shape[1]))
-            order = np.argsort(items, kind="stable")
-            last = np.zeros(len(self.V), np.int64) - 1
-            last[items[order]] = order            # one row per item takes the remainder
-            s = self._codec.segment_sum(items, piece, len(self.V))
-            fix = last[last >= 0]
-            piece[fix] = self._codec.add(piece[fix], self._codec.sub(self._tau_hat[items[fix]], s[items[fix]]))
-            payload["piece"] = piece
-        return Batch("model", self.role, "users", t, items, rows, payload)
+def _rec_model(self: Recommender, rows: np.ndarray, t: int, scenario: int) -> Batch:
+    "v_j(t) and a fresh mask Psi (uniform on Z_P) for every requesting rater; Scenario 3 adds a piece of tau-hat."
+    items = self._items_of_row[rows]
+    if self.online is not None: self.online[t] = np.asarray(rows).copy()
+    psi = self._codec.uniform(self._rng, (len(rows), self.V.shape[1]))
+    self._psi_sum = self._codec.segment_sum(items, psi, len(self.V))
+    payload = {"v": self.V[items].copy(), "psi": psi}
+    if scenario == 3:                         # random split of tau-hat_j into k' pieces for the current group
+        piece = self._codec.uniform(self._rng, (len(rows), self.V.shape[1]))
+        order = np.argsort(items, kind="stable")
+        last = np.zeros(len(self.V), np.int64) - 1
+        last[items[order]] = order            # one row per item takes the remainder
+        s = self._codec.segment_sum(items, piece, len(self.V))
+        fix = last[last >= 0]
+        piece[fix] = self._codec.add(piece[fix], self._codec.sub(self._tau_hat[items[fix]], s[items[fix]]))
+        payload["piece"] = piece
+    return Batch("model", self.role, "users", t, items, rows, payload)
 
-# %% ../nbs/04_hua_protocol.ipynb #56ede050
+Recommender.noise_seeds, Recommender.beta_masks, Recommender.model = _rec_noise_seeds, _rec_beta_masks, _rec_model
+
+# %% ../nbs/04_hua_protocol.ipynb #ee7da4e7
 @dataclass
 class ProtocolRun:
     "What a protocol run leaves: the recommender's V, the actors (for inspection) and the traffic."
@@ -302,13 +311,9 @@ def check_protocol_input(ratings: Ratings, U, min_raters: int = 2):
     if U.ndim != 2 or U.shape[0] != ratings.n_users: raise ValueError(f"U must have shape (n_users={ratings.n_users}, d); got {U.shape}")
     return k
 
-def run_protocol(ratings: Ratings, U, epsilon: float, reg: float = 5.0, iters: int = 100, scenario: int = 2,
-                 p_online: float = 1.0, group_size: int | None = None, codec: FixedPoint | None = None,
-                 Delta: float | None = None, seed: int = 0, keep_view: bool = True, taps=(),
-                 recommender_cls=None, sparse_items: str = "error", progress: bool = False) -> ProtocolRun:
-    """Simulate Scenario 2 or 3 of Hua et al. on `ratings` with users' profiles U (rows clipped to norm <= 1).
-    `sparse_items`: an item with fewer than 2 online raters at Scenario 3's set-up is refused ('error') or left out
-    of the protocol with v_j = 0 ('drop'; `ProtocolRun.dropped` lists them). `progress`: a bar over the iterations."""
+# %% ../nbs/04_hua_protocol.ipynb #8a91c082
+def _check_protocol_args(epsilon, reg, iters, scenario, p_online, group_size, sparse_items):
+    "run_protocol's scalar arguments, checked before any work: (epsilon, reg, iters, sparse_items)."
     epsilon, reg = check_positive("epsilon", epsilon), check_positive("reg", reg)
     iters = check_int("iters", iters, 0)
     if scenario not in (2, 3): raise ValueError(f"scenario={scenario!r} must be 2 or 3")
@@ -317,7 +322,53 @@ def run_protocol(ratings: Ratings, U, epsilon: float, reg: float = 5.0, iters: i
     if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)) or group_size < 2):
         raise ValueError(f"k={group_size!r} (group size) must be an integer >= 2: one user's share would be the whole noise")
     if group_size is not None and scenario == 2: raise ValueError(f"k={group_size} (group size) needs scenario=3")
-    sparse_items = checks.check_choice("sparse_items", sparse_items, ("error", "drop"))
+    return epsilon, reg, iters, checks.check_choice("sparse_items", sparse_items, ("error", "drop"))
+
+def _scenario3_setup(ratings, users, rec, tp, net, online_now, coin, group_size, sparse_items) -> np.ndarray:
+    "Scenario 3 set-up: H_j and beta to a group of online raters per item, tau to the third party, tau-tilde to the recommender; returns the dropped items."
+    rows = users.online_rows(online_now)
+    if group_size is not None:                   # the recommender picks k online raters per item at random
+        order = coin.permutation(len(rows)); rows = rows[order]
+        rank = np.zeros(len(rows), np.int64)
+        it = ratings.item[rows]
+        srt = np.argsort(it, kind="stable"); first = np.searchsorted(it[srt], it[srt])
+        rank[srt] = np.arange(len(rows)) - first
+        rows = np.sort(rows[rank < group_size])
+    gk = np.bincount(ratings.item[rows], minlength=ratings.n_items)
+    if (gk < 2).any() and sparse_items == "error":
+        raise ValueError(f"{int((gk < 2).sum())} item(s) have fewer than 2 online raters at set-up: no group can carry "
+                         "their noise; raise p_online or use sparse_items='drop'")
+    dropped = np.flatnonzero(gk < 2)            # no noise for these: they never enter the protocol (v_j = 0)
+    rows, gk = rows[gk[ratings.item[rows]] >= 2], np.where(gk < 2, 0, gk)
+    for b in rec.beta_masks(rows, gk): net.deliver(b, users)
+    net.deliver(users.send(), tp)
+    net.deliver(tp.send(), rec)
+    return dropped
+
+# %% ../nbs/04_hua_protocol.ipynb #020374ce
+def _protocol_iteration(t, rows, ratings, scenario, dropped, users, tp, rec, net) -> int:
+    "One iteration for the online rating rows: request, v_j(t) with masks, masked gradients, aggregate. Returns the skips."
+    items = ratings.item[rows].astype(np.int64)
+    skipped = 0
+    if scenario == 3:                            # items with < 2 online raters, or dropped at set-up, skip this iteration
+        cnt = np.bincount(items, minlength=ratings.n_items); cnt[dropped] = 0
+        keep = cnt[items] >= 2; skipped = int((cnt == 1).sum() + (cnt == 0).sum()) - len(dropped)
+        rows, items = rows[keep], items[keep]
+    net.deliver(Batch("request", "users", "recommender", t, items, rows), rec)
+    net.deliver(rec.model(rows, t, scenario), users)
+    net.deliver(users.send(), tp)
+    net.deliver(tp.send(), rec)
+    return skipped
+
+# %% ../nbs/04_hua_protocol.ipynb #ce75a6a6
+def run_protocol(ratings: Ratings, U, epsilon: float, reg: float = 5.0, iters: int = 100, scenario: int = 2,
+                 p_online: float = 1.0, group_size: int | None = None, codec: FixedPoint | None = None,
+                 Delta: float | None = None, seed: int = 0, keep_view: bool = True, taps=(),
+                 recommender_cls=None, sparse_items: str = "error", progress: bool = False) -> ProtocolRun:
+    """Simulate Scenario 2 or 3 of Hua et al. on `ratings` with users' profiles U (rows clipped to norm <= 1).
+    `sparse_items`: an item with fewer than 2 online raters at Scenario 3's set-up is refused ('error') or left out
+    of the protocol with v_j = 0 ('drop'; `ProtocolRun.dropped` lists them). `progress`: a bar over the iterations."""
+    epsilon, reg, iters, sparse_items = _check_protocol_args(epsilon, reg, iters, scenario, p_online, group_size, sparse_items)
     k = check_protocol_input(ratings, U)
     U = clip_rows(U, 1.0)
     d = U.shape[1]
@@ -332,39 +383,13 @@ def run_protocol(ratings: Ratings, U, epsilon: float, reg: float = 5.0, iters: i
     all_rows = np.arange(len(ratings))
     online = lambda: coin.random(ratings.n_users) < p_online if p_online < 1 else np.ones(ratings.n_users, bool)
     skipped, dropped = 0, np.zeros(0, np.int64)
-    # set-up: the noise
-    if scenario == 2:
+    if scenario == 2:                                # set-up: the noise
         net.deliver(rec.noise_seeds(all_rows), users)
     else:
-        rows = users.online_rows(online())
-        if group_size is not None:                   # the recommender picks k online raters per item at random
-            order = coin.permutation(len(rows)); rows = rows[order]
-            rank = np.zeros(len(rows), np.int64)
-            it = ratings.item[rows]
-            srt = np.argsort(it, kind="stable"); first = np.searchsorted(it[srt], it[srt])
-            rank[srt] = np.arange(len(rows)) - first
-            rows = np.sort(rows[rank < group_size])
-        gk = np.bincount(ratings.item[rows], minlength=ratings.n_items)
-        if (gk < 2).any() and sparse_items == "error":
-            raise ValueError(f"{int((gk < 2).sum())} item(s) have fewer than 2 online raters at set-up: no group can carry "
-                             "their noise; raise p_online or use sparse_items='drop'")
-        dropped = np.flatnonzero(gk < 2)            # no noise for these: they never enter the protocol (v_j = 0)
-        rows, gk = rows[gk[ratings.item[rows]] >= 2], np.where(gk < 2, 0, gk)
-        for b in rec.beta_masks(rows, gk): net.deliver(b, users)
-        net.deliver(users.send(), tp)
-        net.deliver(tp.send(), rec)
-    # iterations
+        dropped = _scenario3_setup(ratings, users, rec, tp, net, online(), coin, group_size, sparse_items)
     for t in tqdm(range(iters), desc=f"hua-protocol S{scenario}", unit="iter", disable=not progress, leave=False):
         rows = all_rows if scenario == 2 else users.online_rows(online())
-        items = ratings.item[rows].astype(np.int64)
-        if scenario == 3:                            # items with < 2 online raters, or dropped at set-up, skip this iteration
-            cnt = np.bincount(items, minlength=ratings.n_items); cnt[dropped] = 0
-            keep = cnt[items] >= 2; skipped += int((cnt == 1).sum() + (cnt == 0).sum()) - len(dropped)
-            rows, items = rows[keep], items[keep]
-        net.deliver(Batch("request", "users", "recommender", t, items, rows), rec)
-        net.deliver(rec.model(rows, t, scenario), users)
-        net.deliver(users.send(), tp)
-        net.deliver(tp.send(), rec)
+        skipped += _protocol_iteration(t, rows, ratings, scenario, dropped, users, tp, rec, net)
     return ProtocolRun(rec.V.copy(), users, tp, rec, net, skipped, dropped)
 
 # %% ../nbs/04_hua_protocol.ipynb #cbcbd5a4
@@ -485,10 +510,7 @@ def traffic_per_iteration(run: ProtocolRun, t: int) -> dict:
     out["total"] = dict(messages=int(g.messages.sum()), bytes=int(g.bytes.sum()))
     return out
 
-# %% ../nbs/04_hua_protocol.ipynb #1e19b185
-from . import checks   # the package's validators (this module's check_* come from privacy)
-from .mechanism import Factors
-
+# %% ../nbs/04_hua_protocol.ipynb #c0fa9c01
 @register_mechanism("hua-protocol")
 class HuaProtocol(Mechanism):
     "Hua et al. (2015) Scenarios 2/3: V by masked aggregation through a third party, users holding their own data."
@@ -528,15 +550,18 @@ class HuaProtocol(Mechanism):
         self.pmf_solver, self.pmf_reg, self.threads = pmf.solver, pmf.reg, pmf.threads
         self.codec = FixedPoint(scale=2.0 ** self.scale_bits, modulus=2 ** self.modulus_bits, bound=self.bound)  # refuses P too small
 
-    def _pmf(self) -> PMF:
-        return self.nested(PMF, self._PMF_NAMES, d=self.d, epochs=self.pmf_epochs, reg=self.pmf_reg, solver=self.pmf_solver,
-                           bias=False, threads=self.threads, seed=self.seed)
+# %% ../nbs/04_hua_protocol.ipynb #c033f02c
+def _protocol_pmf(self: HuaProtocol) -> PMF:
+    return self.nested(PMF, self._PMF_NAMES, d=self.d, epochs=self.pmf_epochs, reg=self.pmf_reg, solver=self.pmf_solver,
+                       bias=False, threads=self.threads, seed=self.seed)
 
-    def resolved_params(self) -> dict:
-        "`params()` with the thread count that U's MF actually runs with."
-        return {**self.params(), "threads": self._pmf().resolved_params()["threads"]}
+def _protocol_resolved_params(self: HuaProtocol) -> dict:
+    "`params()` with the thread count that U's MF actually runs with."
+    return {**self.params(), "threads": self._pmf().resolved_params()["threads"]}
 
-# %% ../nbs/04_hua_protocol.ipynb #3c4c0e32
+HuaProtocol._pmf, HuaProtocol.resolved_params = _protocol_pmf, _protocol_resolved_params
+
+# %% ../nbs/04_hua_protocol.ipynb #925b8b30
 def _protocol_report(self: HuaProtocol, train: Ratings, run: ProtocolRun, left_out: int) -> PrivacyReport:
     "The privacy report of a protocol run on `train`: the guarantee against outsiders, and what the recommender can do."
     Delta = rating_sensitivity(train)
@@ -562,6 +587,9 @@ def _protocol_report(self: HuaProtocol, train: Ratings, run: ProtocolRun, left_o
                + f"V given U (U trained non-privately, held by users). {left_out} ratings of items with < 2 raters "
                "(in Scenario 3: < 2 online at set-up) left out (v_j = 0)."))
 
+HuaProtocol._report = _protocol_report
+
+# %% ../nbs/04_hua_protocol.ipynb #1d45b13f
 def _protocol_fit(self: HuaProtocol, train: Ratings, progress: bool = False, U=None) -> Factors:
     "Fit on `train`; `U` (n_users, d) skips the plain MF that gives users their profiles."
     keep = item_degrees(train)[train.item] >= 2
@@ -580,4 +608,4 @@ def _protocol_fit(self: HuaProtocol, train: Ratings, progress: bool = False, U=N
                    history=[dict(stage="protocol", iters=self.iters, skipped=run.skipped, dropped_at_setup=len(run.dropped),
                                  traffic=traffic)])
 
-HuaProtocol._report, HuaProtocol._fit = _protocol_report, _protocol_fit
+HuaProtocol._fit = _protocol_fit

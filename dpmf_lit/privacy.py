@@ -258,7 +258,7 @@ def personalized_user_epsilon(weights, base_epsilon: float) -> np.ndarray:
     if bad.any(): raise ValueError(f"weights must be finite and >= 0; weights[{int(np.argmax(bad))}]={w.ravel()[np.argmax(bad.ravel())]}")
     return w * e
 
-# %% ../nbs/02_privacy.ipynb #fa3ff7b1
+# %% ../nbs/02_privacy.ipynb #b72c2c8d
 @dataclass(frozen=True)
 class PrivacySpec:
     "Per-rating privacy levels epsilon[n] for rating n of a `Ratings` (a sparse n_users x n_items matrix)."
@@ -294,6 +294,7 @@ class PrivacySpec:
         if kind not in ("mean", "max"): raise ValueError(f"kind={kind!r} must be 'mean' or 'max'")
         return float(self.epsilon.mean() if kind == "mean" else self.epsilon.max())
 
+# %% ../nbs/02_privacy.ipynb #5f34b64a
 def pdp_privacy_spec(ratings: Ratings, f_c: float = 0.54, f_m: float = 0.37, eps_c: float = 0.1,
                      eps_m: float = 0.2, eps_l: float = 1.0, seed=0) -> PrivacySpec:
     """Zhang et al.'s generator: a random f_c of the ratings get eps ~ U[eps_c, eps_m), f_m get U[eps_m, eps_l),
@@ -353,7 +354,7 @@ def pdp_report(spec: PrivacySpec, t: float, released=("V",), notes: str = "") ->
                                 f"(mean {per.mean():.4g}; requested epsilon_ij mean {e.mean():.4g}); epsilon is the worst case; "
                                 f"t={t:.4g}; add/remove one rating (replace one: double it). " + notes).strip())
 
-# %% ../nbs/02_privacy.ipynb #783d81cd
+# %% ../nbs/02_privacy.ipynb #58efdc81
 @dataclass
 class PrivacyAccountant:
     "Records private steps as a mechanism runs; `report()` turns them into a `PrivacyReport`."
@@ -383,42 +384,48 @@ class PrivacyAccountant:
 
     def _active(self): return [e for e in self.events if e[2] > 0]
 
-    def rdp(self, orders=None) -> np.ndarray:
-        "The composed RDP curve over `orders` (default: dp_accounting's grid)."
-        a = _orders(orders); total = np.zeros_like(a)
-        f = {"gaussian": gaussian_rdp, "laplace": laplace_rdp, "pure": pure_dp_rdp}
-        for kind, p, c, _ in self._active(): total += f[kind](p, c, a)
-        return total
+# %% ../nbs/02_privacy.ipynb #e3669d52
+def _acc_rdp(self: "PrivacyAccountant", orders=None) -> np.ndarray:
+    "The composed RDP curve over `orders` (default: dp_accounting's grid)."
+    a = _orders(orders); total = np.zeros_like(a)
+    f = {"gaussian": gaussian_rdp, "laplace": laplace_rdp, "pure": pure_dp_rdp}
+    for kind, p, c, _ in self._active(): total += f[kind](p, c, a)
+    return total
 
-    def _pld_epsilon(self, delta, discretization):
-        from dp_accounting.pld import privacy_loss_distribution as pld, common
-        ev = self._active()
-        mu2 = sum(c / (p * p) for kind, p, c, _ in ev if kind == "gaussian")   # Gaussians compose exactly (GDP)
-        out = pld.from_gaussian_mechanism(1 / math.sqrt(mu2), value_discretization_interval=discretization) if mu2 else None
-        for kind, p, c, _ in ev:
-            if kind == "gaussian": continue
-            elif kind == "laplace": x = pld.from_laplace_mechanism(1 / p, value_discretization_interval=discretization).self_compose(c)
-            else: x = pld.from_privacy_parameters(common.DifferentialPrivacyParameters(p, 0.0), value_discretization_interval=discretization).self_compose(c)
-            out = x if out is None else out.compose(x)
-        return 0.0 if out is None else float(out.get_epsilon_for_delta(delta))
+def _acc_pld_epsilon(self: "PrivacyAccountant", delta, discretization):
+    from dp_accounting.pld import privacy_loss_distribution as pld, common
+    ev = self._active()
+    mu2 = sum(c / (p * p) for kind, p, c, _ in ev if kind == "gaussian")   # Gaussians compose exactly (GDP)
+    out = pld.from_gaussian_mechanism(1 / math.sqrt(mu2), value_discretization_interval=discretization) if mu2 else None
+    for kind, p, c, _ in ev:
+        if kind == "gaussian": continue
+        elif kind == "laplace": x = pld.from_laplace_mechanism(1 / p, value_discretization_interval=discretization).self_compose(c)
+        else: x = pld.from_privacy_parameters(common.DifferentialPrivacyParameters(p, 0.0), value_discretization_interval=discretization).self_compose(c)
+        out = x if out is None else out.compose(x)
+    return 0.0 if out is None else float(out.get_epsilon_for_delta(delta))
 
-    def epsilon(self, delta: float = 0.0, method: str = "auto", discretization: float = 1e-4) -> tuple[float, float, str]:
-        "(epsilon, delta, method) of everything recorded so far."
-        if method not in ("auto", "pure", "rdp", "pld"): raise ValueError(f"method={method!r} must be one of 'auto', 'pure', 'rdp', 'pld'")
-        ev = self._active(); has_gauss = any(k == "gaussian" for k, *_ in ev)
-        if method == "auto": method = "rdp" if has_gauss else "pure"
-        if method == "pure":
-            if has_gauss: raise ValueError("method='pure' cannot account Gaussian steps; use 'rdp' or 'pld' with delta > 0")
-            return float(sum(p * c for _, p, c, _ in ev)), 0.0, "pure composition (sum of epsilons)"
-        d = _open_unit("delta", delta)
-        if method == "rdp": return rdp_to_dp(self.rdp(), d)[0], d, "RDP (improved conversion, Canonne-Kamath-Steinke 2020)"
-        return self._pld_epsilon(d, check_positive("discretization", discretization)), d, "PLD (dp_accounting)"
+PrivacyAccountant.rdp, PrivacyAccountant._pld_epsilon = _acc_rdp, _acc_pld_epsilon
 
-    def report(self, delta: float = 0.0, method: str = "auto", notes: str = "", scope: str = "") -> PrivacyReport:
-        "The `PrivacyReport` of the recorded steps; `scope` defaults to 'the composition of the recorded steps only'."
-        eps, d, how = self.epsilon(delta, method)
-        steps = "; ".join(f"{c} x {label} ({kind} {'z' if kind == 'gaussian' else 'eps'}={p:.4g})" for kind, p, c, label in self._active())
-        scope = scope or (f"the composition of the recorded steps only, {self.neighbouring} one {self.unit}; "
-                          "anything computed outside them is not covered")
-        return PrivacyReport(released=tuple(self.released), unit=self.unit, epsilon=eps, delta=d, method=how, scope=scope,
-                             notes=f"neighbouring={self.neighbouring}; steps: {steps or 'none'}. {notes}".strip())
+# %% ../nbs/02_privacy.ipynb #79e8d89b
+def _acc_epsilon(self: "PrivacyAccountant", delta: float = 0.0, method: str = "auto", discretization: float = 1e-4) -> tuple[float, float, str]:
+    "(epsilon, delta, method) of everything recorded so far."
+    if method not in ("auto", "pure", "rdp", "pld"): raise ValueError(f"method={method!r} must be one of 'auto', 'pure', 'rdp', 'pld'")
+    ev = self._active(); has_gauss = any(k == "gaussian" for k, *_ in ev)
+    if method == "auto": method = "rdp" if has_gauss else "pure"
+    if method == "pure":
+        if has_gauss: raise ValueError("method='pure' cannot account Gaussian steps; use 'rdp' or 'pld' with delta > 0")
+        return float(sum(p * c for _, p, c, _ in ev)), 0.0, "pure composition (sum of epsilons)"
+    d = _open_unit("delta", delta)
+    if method == "rdp": return rdp_to_dp(self.rdp(), d)[0], d, "RDP (improved conversion, Canonne-Kamath-Steinke 2020)"
+    return self._pld_epsilon(d, check_positive("discretization", discretization)), d, "PLD (dp_accounting)"
+
+def _acc_report(self: "PrivacyAccountant", delta: float = 0.0, method: str = "auto", notes: str = "", scope: str = "") -> PrivacyReport:
+    "The `PrivacyReport` of the recorded steps; `scope` defaults to 'the composition of the recorded steps only'."
+    eps, d, how = self.epsilon(delta, method)
+    steps = "; ".join(f"{c} x {label} ({kind} {'z' if kind == 'gaussian' else 'eps'}={p:.4g})" for kind, p, c, label in self._active())
+    scope = scope or (f"the composition of the recorded steps only, {self.neighbouring} one {self.unit}; "
+                      "anything computed outside them is not covered")
+    return PrivacyReport(released=tuple(self.released), unit=self.unit, epsilon=eps, delta=d, method=how, scope=scope,
+                         notes=f"neighbouring={self.neighbouring}; steps: {steps or 'none'}. {notes}".strip())
+
+PrivacyAccountant.epsilon, PrivacyAccountant.report = _acc_epsilon, _acc_report
