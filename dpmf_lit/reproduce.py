@@ -181,6 +181,7 @@ def experiment_dir(out_dir=None) -> Path:
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
     return out
 
+# %% ../nbs/92_reproduce.ipynb #301156db
 def _check_name(name):
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise ValueError(f"name={name!r} must be a plain file name of letters, digits, '_', '.', '-'")
@@ -275,7 +276,7 @@ def load_manifest(path=None, settings: Settings | None = None) -> list[Entry]:
     path = Path(path) if path is not None else settings.manifest
     if not path.is_file():
         hint = ("; the experiment notebooks come with a clone of dpmf-lit, not with the installed package: "
-                "run this inside a clone, or set DPMF_MANIFEST") if settings.packaged and manifest is None else ""
+                "run this inside a clone, or set DPMF_MANIFEST") if settings.packaged and path == settings.manifest else ""
         raise FileNotFoundError(f"manifest {str(path)!r} does not exist{hint}")
     try: doc = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e: raise ManifestError(f"manifest {str(path)!r} is not valid JSON: {e}") from None
@@ -451,6 +452,7 @@ def _kernel_manager_class(stderr_path):
             with open(stderr_path, "ab") as f: return await super().start_kernel(stderr=f, **kw)
     return LoggedKernelManager
 
+# %% ../nbs/92_reproduce.ipynb #39e2ae6b
 def _one_line(e: BaseException, task: dict) -> str:
     "The error of a failed run as one line for the summary; the log keeps the whole of it."
     if type(e).__name__ == "CellTimeoutError":
@@ -462,6 +464,17 @@ def _one_line(e: BaseException, task: dict) -> str:
     text = f"{ename}: {evalue}" if ename else f"{type(e).__name__}: {e}"
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(e).__name__)
     return first if len(first) <= 300 else first[:297] + "..."
+
+# %% ../nbs/92_reproduce.ipynb #9b81410b
+def _figures(task: dict, out: Path) -> dict:
+    "The promised figure files of a run, by name, as bytes; a RuntimeError if one is missing or not an image."
+    expected = [f"{n}.{fmt}" for n in task["outputs"] for fmt in task.get("formats", FORMATS)]
+    missing = [f for f in expected if not (out / f).is_file()]
+    if missing: raise RuntimeError(f"the notebook ran but did not write {missing} (call save_figure(fig, out_dir, name))")
+    files = {f: (out / f).read_bytes() for f in expected}
+    bad = [f"{f} ({why})" for f, data in files.items() if (why := image_problem(f, data))]
+    if bad: raise RuntimeError(f"the notebook wrote figure files that are not images: {'; '.join(bad)}")
+    return files
 
 def run_entry(task: dict) -> dict:
     "Execute one manifest entry with papermill in a temporary folder; return its files as bytes and its status."
@@ -486,13 +499,7 @@ def run_entry(task: dict) -> dict:
                                 kernel_manager_class=_kernel_manager_class(tmp / "kernel.stderr"), **_kernel_config())
         numbers_path = out / NUMBERS_FILE
         res["numbers"] = json.loads(numbers_path.read_text()) if numbers_path.is_file() else {}
-        expected = [f"{n}.{fmt}" for n in task["outputs"] for fmt in task.get("formats", FORMATS)]
-        missing = [f for f in expected if not (out / f).is_file()]
-        if missing: raise RuntimeError(f"the notebook ran but did not write {missing} (call save_figure(fig, out_dir, name))")
-        files = {f: (out / f).read_bytes() for f in expected}
-        bad = [f"{f} ({why})" for f, data in files.items() if (why := image_problem(f, data))]
-        if bad: raise RuntimeError(f"the notebook wrote figure files that are not images: {'; '.join(bad)}")
-        res["files"] = files
+        res["files"] = _figures(task, out)
         res["modules"] = json.loads((tmp / MODULES_FILE).read_text())
         res["status"] = "ok"
     except Exception as e:
