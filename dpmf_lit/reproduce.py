@@ -7,7 +7,7 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/reproduce.html.md"""
 
 # %% ../nbs/92_reproduce.ipynb #5aa5617d
 from __future__ import annotations
-import ast, contextlib, fnmatch, hashlib, io, json, math, os, platform, re, shutil, subprocess
+import ast, contextlib, fnmatch, hashlib, io, json, math, os, platform, re, shutil, signal, socket, struct, subprocess
 import sys, tempfile, time, traceback, uuid
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -15,21 +15,25 @@ from datetime import datetime, timezone
 from pathlib import Path
 import multiprocessing as mp
 import numpy as np
+from xml.etree import ElementTree
+from .checks import UserError
 from .settings import PROFILES, Settings, load_settings
 
 # %% auto #0
-__all__ = ['KERNEL', 'FORMATS', 'NUMBERS_FILE', 'INJECTED', 'SYNTHETIC_DEFAULTS', 'MODULES_FILE', 'parse_value',
-           'parse_assignments', 'parse_dataset_spec', 'synthetic_spec', 'known_datasets', 'load_ratings',
+__all__ = ['KERNEL', 'FORMATS', 'NUMBERS_FILE', 'INJECTED', 'SMOKE_CELL_TIMEOUT', 'SYNTHETIC_DEFAULTS', 'MODULES_FILE',
+           'parse_value', 'parse_assignments', 'parse_dataset_spec', 'synthetic_spec', 'known_datasets', 'load_ratings',
            'dataset_identity', 'atomic_write', 'atomic_write_many', 'experiment_dir', 'save_figure', 'to_jsonable',
            'record', 'ManifestError', 'Entry', 'notebook_parameters', 'load_manifest', 'select', 'notebook_fingerprint',
-           'source_hashes', 'versions', 'git_revision', 'entry_inputs', 'entry_stamp', 'run_entry', 'Outcome',
-           'Summary', 'load_results', 'update_results', 'stale_reason', 'is_up_to_date', 'missing_data', 'reproduce']
+           'source_hashes', 'versions', 'git_revision', 'entry_inputs', 'entry_stamp', 'image_problem', 'run_entry',
+           'Outcome', 'Summary', 'load_results', 'update_results', 'stale_reason', 'is_up_to_date', 'cell_timeout',
+           'missing_data', 'connect_scheduler', 'reproduce']
 
 # %% ../nbs/92_reproduce.ipynb #bd626a7d
 KERNEL = "python3"               # papermill kernel (`python -m ipykernel install --sys-prefix --name python3`)
 FORMATS = ("png", "svg")         # every figure is written in these formats
 NUMBERS_FILE = "numbers.json"    # what `record` writes next to the figures
 INJECTED = ("dataset", "out_dir", "data_dir", "threads")  # parameters every experiment notebook declares
+SMOKE_CELL_TIMEOUT = 300         # seconds: the smoke profile (tests, CI) caps settings' cell_timeout at this
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 # %% ../nbs/92_reproduce.ipynb #c2198331
@@ -148,12 +152,36 @@ def atomic_write_many(files: dict) -> list[Path]:
     return [p for _, p in staged]
 
 # %% ../nbs/92_reproduce.ipynb #0e77b95b
+_SCRATCH = "dpmf-experiment-"
+
+def _alive(pid: int) -> bool:
+    try: os.kill(pid, 0)
+    except ProcessLookupError: return False
+    except (PermissionError, OSError): return True
+    return True
+
+def _sweep_scratch():
+    "Remove the temporary folders of processes that ended without removing them (a killed kernel)."
+    if not hasattr(os, "getuid"): return
+    for p in Path(tempfile.gettempdir()).glob(f"{_SCRATCH}*"):
+        m = re.fullmatch(rf"{_SCRATCH}([0-9]+)-.+", p.name)
+        with contextlib.suppress(OSError):
+            if m and p.is_dir() and p.stat().st_uid == os.getuid() and not _alive(int(m.group(1))):
+                shutil.rmtree(p, ignore_errors=True)
+
 def experiment_dir(out_dir=None) -> Path:
-    "The folder an experiment writes to: `out_dir` (created), or a new temporary folder when None."
-    if out_dir is None or str(out_dir) == "": return Path(tempfile.mkdtemp(prefix="dpmf-experiment-"))
+    """The folder an experiment writes to: `out_dir` (created), or, when None, a new temporary folder that
+    is removed when this process ends (a notebook run by hand or by nbdev-test leaves nothing behind)."""
+    if out_dir is None or str(out_dir) == "":
+        from multiprocessing import util  # its exit hook also runs in pool workers, where atexit does not
+        _sweep_scratch()
+        tmp = tempfile.mkdtemp(prefix=f"{_SCRATCH}{os.getpid()}-")
+        util.Finalize(None, shutil.rmtree, args=(tmp,), kwargs={"ignore_errors": True}, exitpriority=0)
+        return Path(tmp)
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
     return out
 
+# %% ../nbs/92_reproduce.ipynb #301156db
 def _check_name(name):
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise ValueError(f"name={name!r} must be a plain file name of letters, digits, '_', '.', '-'")
@@ -246,7 +274,10 @@ def load_manifest(path=None, settings: Settings | None = None) -> list[Entry]:
     "Read and validate the manifest (default: `settings.manifest`); a `ManifestError` names what is wrong."
     settings = settings or load_settings()
     path = Path(path) if path is not None else settings.manifest
-    if not path.is_file(): raise FileNotFoundError(f"manifest {str(path)!r} does not exist")
+    if not path.is_file():
+        hint = ("; the experiment notebooks come with a clone of dpmf-lit, not with the installed package: "
+                "run this inside a clone, or set DPMF_MANIFEST") if settings.packaged and path == settings.manifest else ""
+        raise FileNotFoundError(f"manifest {str(path)!r} does not exist{hint}")
     try: doc = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e: raise ManifestError(f"manifest {str(path)!r} is not valid JSON: {e}") from None
     def fail(msg): raise ManifestError(f"manifest {str(path)!r}: {msg}")
@@ -364,17 +395,37 @@ def entry_stamp(entry: Entry, profile: str, settings: Settings, modules, hashes:
     "The hash of `entry_inputs`: it decides whether `entry` under `profile` must be rerun."
     return _sha(entry_inputs(entry, profile, settings, modules, hashes))
 
+# %% ../nbs/92_reproduce.ipynb #1150593e
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+def image_problem(name: str, data: bytes) -> str | None:
+    "Why `data` is not an image of the kind `name`'s suffix says (.png or .svg; other suffixes are not checked), or None."
+    kind = name.rsplit(".", 1)[-1].lower()
+    if kind == "png":
+        if len(data) < 24 or data[:8] != _PNG_SIGNATURE or data[12:16] != b"IHDR":
+            return f"not a PNG image: {len(data)} bytes without a PNG signature and IHDR header"
+        width, height = struct.unpack(">II", data[16:24])
+        return None if width and height else f"a PNG image of {width}x{height} pixels"
+    if kind == "svg":
+        try: root = ElementTree.fromstring(data)
+        except ElementTree.ParseError as e: return f"not an SVG image: not XML ({e})"
+        tag = root.tag.rsplit("}", 1)[-1]
+        return None if tag == "svg" else f"not an SVG image: the root element is <{tag}>"
+    return None
+
 # %% ../nbs/92_reproduce.ipynb #c3998965
 def _now() -> str: return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 @contextlib.contextmanager
-def _quiet_papermill():
-    "papermill warns about every parameter its own inspector cannot parse; our manifest check is stricter."
+def _papermill_logs_to(log):
+    """papermill's (and nbclient's) error messages go to the entry's log, not the terminal; its warnings about
+    parameters its own inspector cannot parse are dropped (our manifest check is stricter)."""
     import logging
-    lg = logging.getLogger("papermill"); level = lg.level
-    lg.setLevel(logging.ERROR)
+    lg = logging.getLogger("papermill"); level, propagate = lg.level, lg.propagate
+    handler = logging.StreamHandler(log); handler.setFormatter(logging.Formatter("# papermill: %(message)s"))
+    lg.setLevel(logging.ERROR); lg.propagate = False; lg.addHandler(handler)
     try: yield
-    finally: lg.setLevel(level)
+    finally: lg.removeHandler(handler); lg.setLevel(level); lg.propagate = propagate
 
 MODULES_FILE = "modules.json"
 
@@ -393,9 +444,42 @@ def _kernel_config() -> dict:
     from traitlets.config import Config
     return {"config": Config({"KernelManager": {"transport": "ipc"}})}
 
+def _kernel_manager_class(stderr_path):
+    "A kernel manager whose kernel process writes its stderr to `stderr_path` (the entry's log), not the terminal."
+    from jupyter_client.manager import AsyncKernelManager
+    class LoggedKernelManager(AsyncKernelManager):
+        async def start_kernel(self, **kw):
+            with open(stderr_path, "ab") as f: return await super().start_kernel(stderr=f, **kw)
+    return LoggedKernelManager
+
+# %% ../nbs/92_reproduce.ipynb #39e2ae6b
+def _one_line(e: BaseException, task: dict) -> str:
+    "The error of a failed run as one line for the summary; the log keeps the whole of it."
+    if type(e).__name__ == "CellTimeoutError":
+        cell = re.search(r"-{5,}\n\s*(\S[^\n]*)", str(e))  # the preview of the cell nbclient includes
+        return (f"a cell ran longer than cell_timeout={task.get('cell_timeout')} s"
+                + (f" (the cell starting {cell.group(1).strip()[:60]!r})" if cell else "")
+                + f"; cell_timeout is a [run] setting (DPMF_CELL_TIMEOUT), capped at {SMOKE_CELL_TIMEOUT} s for profile smoke")
+    ename, evalue = getattr(e, "ename", None), getattr(e, "evalue", None)
+    text = f"{ename}: {evalue}" if ename else f"{type(e).__name__}: {e}"
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(e).__name__)
+    return first if len(first) <= 300 else first[:297] + "..."
+
+# %% ../nbs/92_reproduce.ipynb #9b81410b
+def _figures(task: dict, out: Path) -> dict:
+    "The promised figure files of a run, by name, as bytes; a RuntimeError if one is missing or not an image."
+    expected = [f"{n}.{fmt}" for n in task["outputs"] for fmt in task.get("formats", FORMATS)]
+    missing = [f for f in expected if not (out / f).is_file()]
+    if missing: raise RuntimeError(f"the notebook ran but did not write {missing} (call save_figure(fig, out_dir, name))")
+    files = {f: (out / f).read_bytes() for f in expected}
+    bad = [f"{f} ({why})" for f, data in files.items() if (why := image_problem(f, data))]
+    if bad: raise RuntimeError(f"the notebook wrote figure files that are not images: {'; '.join(bad)}")
+    return files
+
 def run_entry(task: dict) -> dict:
     "Execute one manifest entry with papermill in a temporary folder; return its files as bytes and its status."
     import nbformat, papermill as pm
+    if _STOPPING: raise KeyboardInterrupt  # a pool worker told to stop does not start another entry
     started, t0 = _now(), time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix=f"dpmf-{task['id']}-"))
     out, executed = tmp / "out", tmp / "executed.ipynb"
@@ -408,24 +492,24 @@ def run_entry(task: dict) -> dict:
     try:
         nb = nbformat.reads(task["notebook_text"], as_version=4)
         nb.cells.append(_modules_cell(tmp / MODULES_FILE))
-        with _quiet_papermill():
+        with _papermill_logs_to(log):
             pm.execute_notebook(nb, str(executed), parameters=params, kernel_name=task.get("kernel", KERNEL), language="python",
                                 progress_bar=False, log_output=False, stdout_file=log, stderr_file=log, cwd=str(tmp),
-                                execution_timeout=task.get("cell_timeout"), start_timeout=120, **_kernel_config())
+                                execution_timeout=task.get("cell_timeout"), start_timeout=120,
+                                kernel_manager_class=_kernel_manager_class(tmp / "kernel.stderr"), **_kernel_config())
         numbers_path = out / NUMBERS_FILE
         res["numbers"] = json.loads(numbers_path.read_text()) if numbers_path.is_file() else {}
-        expected = [f"{n}.{fmt}" for n in task["outputs"] for fmt in task.get("formats", FORMATS)]
-        missing = [f for f in expected if not (out / f).is_file()]
-        if missing: raise RuntimeError(f"the notebook ran but did not write {missing} (call save_figure(fig, out_dir, name))")
-        res["files"] = {f: (out / f).read_bytes() for f in expected}
+        res["files"] = _figures(task, out)
         res["modules"] = json.loads((tmp / MODULES_FILE).read_text())
         res["status"] = "ok"
     except Exception as e:
-        ename, evalue = getattr(e, "ename", None), getattr(e, "evalue", None)
-        res["error"] = f"{ename}: {evalue}" if ename else f"{type(e).__name__}: {e}"
-        log.write("\n# FAILED\n" + (str(e) if ename else traceback.format_exc()) + "\n")
+        res["error"] = _one_line(e, task)
+        log.write("\n# FAILED\n" + (str(e) if getattr(e, "ename", None) else traceback.format_exc()) + "\n")
     finally:
         if executed.is_file(): res["notebook"] = executed.read_bytes()
+        with contextlib.suppress(OSError):
+            chatter = (tmp / "kernel.stderr").read_text(errors="replace").strip()
+            if chatter: log.write("\n# the kernel process's own stderr\n" + chatter + "\n")
         res["finished"], res["seconds"] = _now(), round(time.perf_counter() - t0, 3)
         log.write(f"\n# {res['status']} after {res['seconds']:.1f} s, finished {res['finished']}\n")
         res["log"] = log.getvalue()
@@ -533,12 +617,16 @@ def is_up_to_date(entry: Entry, profile: str, settings: Settings, records: dict,
     return stale_reason(entry, profile, settings, records, hashes) is None
 
 # %% ../nbs/92_reproduce.ipynb #1d98020c
+def cell_timeout(profile: str, settings: Settings) -> int:
+    "Seconds one papermill cell may run: settings' `cell_timeout`, at most `SMOKE_CELL_TIMEOUT` for the smoke profile."
+    return min(settings.cell_timeout, SMOKE_CELL_TIMEOUT) if profile == "smoke" else settings.cell_timeout
+
 def _task(entry: Entry, profile: str, settings: Settings) -> dict:
     dataset, params = entry.setting(profile)
     return {"id": entry.id, "profile": profile, "notebook_name": entry.notebook.name,
             "notebook_text": entry.notebook.read_text(encoding="utf-8"), "outputs": list(entry.outputs), "formats": list(FORMATS),
             "parameters": {**params, "dataset": dataset, "data_dir": str(settings.data_dir), "threads": settings.threads or None},
-            "kernel": KERNEL, "cell_timeout": settings.cell_timeout}
+            "kernel": KERNEL, "cell_timeout": cell_timeout(profile, settings)}
 
 def missing_data(dataset: str, settings: Settings) -> str | None:
     "Why `dataset` cannot be loaded here without a manual step (None if it is synthetic, present, or auto-fetched)."
@@ -557,25 +645,79 @@ def _crashed(task, exc) -> dict:
     return {"id": task["id"], "status": "failed", "error": f"worker crashed: {msg}", "numbers": {}, "files": {}, "notebook": None,
             "started": None, "finished": _now(), "seconds": 0.0, "log": "# worker crashed\n" + "".join(traceback.format_exception(exc))}
 
-def _execute(tasks: list, jobs: int, dask_address: str | None):
-    "Yield (task, result) as entries finish: in-process, on a process pool, or on a Dask cluster."
-    if dask_address:
+# %% ../nbs/92_reproduce.ipynb #01a763e8
+def connect_scheduler(address: str, timeout: float = 5.0):
+    "A `distributed.Client` of the scheduler at `address`, or within seconds a UserError naming the address."
+    from distributed import Client
+    from distributed.comm.addressing import parse_address, parse_host_port
+    try:
+        scheme, location = parse_address(address.strip())
+        host, port = parse_host_port(location) if scheme in ("tcp", "tls") else (None, None)
+    except (ValueError, TypeError):
+        raise ValueError(f"dask_address={address!r} is not a scheduler address like tcp://host:8786 (or 'local')") from None
+    hint = f"start one with `dask scheduler` (and workers with `dask worker {address}`), or use --dask local"
+    why = None
+    if host is not None:  # inproc://, ucx://, ...: left to distributed
+        try:
+            with socket.create_connection((host, port), timeout=timeout): pass
+        except socket.gaierror as e: why = f"host {host!r} is unknown ({e.strerror})"
+        except ConnectionRefusedError: why = f"nothing listens on port {port} of {host}"
+        except (TimeoutError, socket.timeout): why = f"no answer within {timeout:g} s"
+        except OSError as e: why = e.strerror or str(e)
+    if why: raise UserError(f"cannot reach the Dask scheduler at {address!r}: {why}; {hint}")
+    try: return Client(address, timeout=2 * timeout)
+    except Exception as e:  # something answered, but not a scheduler (or not in time)
+        raise UserError(f"no Dask scheduler answered at {address!r} ({type(e).__name__}: {e}); {hint}") from None
+
+# %% ../nbs/92_reproduce.ipynb #78b9e495
+_STOPPING = False
+
+def _interrupt_worker(signum, frame):
+    global _STOPPING
+    _STOPPING = True
+    raise KeyboardInterrupt
+
+def _worker_init():
+    "A pool worker leaves Ctrl-C to the parent, which stops it with SIGTERM (raised here as KeyboardInterrupt)."
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _interrupt_worker)
+
+def _stop_pool(pool, grace: float = 20.0):
+    "Cancel what has not started, ask each worker to stop, and kill the ones still running after `grace` seconds."
+    procs = list((getattr(pool, "_processes", None) or {}).values())  # before shutdown forgets them
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        with contextlib.suppress(Exception): p.terminate()
+    deadline = time.monotonic() + grace
+    for p in procs:
+        with contextlib.suppress(Exception):
+            p.join(max(0.1, deadline - time.monotonic()))
+            if p.is_alive(): p.kill()
+
+# %% ../nbs/92_reproduce.ipynb #94ceedbd
+def _execute(tasks: list, jobs: int, dask=None):
+    "Yield (task, result) as entries finish: in-process, on a process pool, or on Dask (a Client, or 'local')."
+    if dask is not None:
         from distributed import Client, LocalCluster, as_completed as dask_as_completed
         with contextlib.ExitStack() as stack:
-            if dask_address == "local":
+            if dask == "local":
                 cluster = stack.enter_context(LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None))
-                dask_address = cluster.scheduler_address
-            client = stack.enter_context(Client(dask_address, timeout=60))
-            futures = {client.submit(run_entry, t, pure=False, key=f"dpmf-{t['id']}-{uuid.uuid4().hex[:8]}"): t for t in tasks}
+                dask = stack.enter_context(Client(cluster.scheduler_address, timeout=60))
+            futures = {dask.submit(run_entry, t, pure=False, key=f"dpmf-{t['id']}-{uuid.uuid4().hex[:8]}"): t for t in tasks}
             for fut in dask_as_completed(futures):
                 try: yield futures[fut], fut.result()
                 except Exception as e: yield futures[fut], _crashed(futures[fut], e)
     elif jobs > 1 and len(tasks) > 1:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=mp.get_context("spawn")) as pool:
+        pool = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=mp.get_context("spawn"), initializer=_worker_init)
+        try:
             futures = {pool.submit(run_entry, t): t for t in tasks}
             for fut in as_completed(futures):
                 try: yield futures[fut], fut.result()
                 except Exception as e: yield futures[fut], _crashed(futures[fut], e)
+        except BaseException:  # Ctrl-C, or the consumer stopped: stop the workers, each shutting its kernel down
+            _stop_pool(pool)
+            raise
+        pool.shutdown(wait=True)
     else:
         for t in tasks: yield t, run_entry(t)
 
@@ -598,7 +740,8 @@ def _commit(entry, profile, settings, task, res, hashes, revision) -> Outcome:
     build = settings.build_dir / profile
     figures = {settings.figures_dir / entry.paper / f: data for f, data in res["files"].items()}
     atomic_write_many({**figures, build / f"{entry.id}.ipynb": res["notebook"] or b"", build / f"{entry.id}.log": res["log"]})
-    with contextlib.suppress(FileNotFoundError): (build / f"{entry.id}.failed.ipynb").unlink()
+    for stale in (f"{entry.id}.failed.ipynb", f"{entry.id}.failed.log"):
+        with contextlib.suppress(FileNotFoundError): (build / stale).unlink()
     dataset, params = entry.setting(profile)
     root = settings.root
     update_results(settings, {
@@ -612,12 +755,13 @@ def _commit(entry, profile, settings, task, res, hashes, revision) -> Outcome:
     return Outcome(entry.id, "ok", res["seconds"], outputs=tuple(sorted(figures)), log=build / f"{entry.id}.log")
 
 def _fail(entry, profile, settings, res) -> Outcome:
-    "Keep the log (and the executed notebook, for debugging) of a failed run; touch nothing else."
+    """Keep the log (and the executed notebook, for debugging) of a failed run as `<id>.failed.log` and
+    `.failed.ipynb`; touch nothing else, so the record of the last good run still points at its own log."""
     build = settings.build_dir / profile
-    files = {build / f"{entry.id}.log": res["log"]}
+    files = {build / f"{entry.id}.failed.log": res["log"]}
     if res.get("notebook"): files[build / f"{entry.id}.failed.ipynb"] = res["notebook"]
     atomic_write_many(files)
-    return Outcome(entry.id, "failed", res.get("seconds") or 0.0, error=res["error"], log=build / f"{entry.id}.log")
+    return Outcome(entry.id, "failed", res.get("seconds") or 0.0, error=res["error"], log=build / f"{entry.id}.failed.log")
 
 # %% ../nbs/92_reproduce.ipynb #2b136bd6
 def _check_kernel():
@@ -627,14 +771,67 @@ def _check_kernel():
         raise FileNotFoundError(f"Jupyter kernel {KERNEL!r} not found; install it with "
                                 f"`{sys.executable} -m ipykernel install --sys-prefix --name {KERNEL}`") from None
 
+class _Progress:
+    "A progress bar on a terminal; elsewhere (a log, a pipe, CI) one plain line per finished entry."
+    def __init__(self, total: int, desc: str, enabled: bool, stream=None):
+        from tqdm import tqdm
+        self.stream, self.total, self.desc, self.n, self.enabled = stream or sys.stderr, total, desc, 0, enabled
+        tty = enabled and getattr(self.stream, "isatty", lambda: False)()
+        self.bar = tqdm(total=total, desc=desc, unit="entry", file=self.stream) if tty else None
+        if enabled and not tty: print(f"{desc}: {total} entr{'y' if total == 1 else 'ies'} to run", file=self.stream, flush=True)
+
+    def done(self, outcome: Outcome):
+        self.n += 1
+        if self.bar is not None: self.bar.set_postfix_str(f"{outcome.id}: {outcome.status}"); self.bar.update()
+        elif self.enabled:
+            print(f"{self.desc}: [{self.n}/{self.total}] {outcome.id} {outcome.status} ({outcome.seconds:.1f} s)", file=self.stream, flush=True)
+
+    def close(self):
+        if self.bar is not None: self.bar.close()
+
+# %% ../nbs/92_reproduce.ipynb #96bb6f4c
+def _plan(entries, profile, settings, records, force, hashes) -> tuple[Summary, list]:
+    "Skip what has no setting for `profile` or is up to date, fail what lacks hand-placed data; the rest is to run."
+    summary, todo = Summary(profile), []
+    for e in entries:
+        if e.setting(profile) is None:
+            summary.outcomes.append(Outcome(e.id, "skipped", note=f"no {profile!r} setting in the manifest")); continue
+        reason = "forced" if force else stale_reason(e, profile, settings, records, hashes)
+        if reason is None:
+            summary.outcomes.append(Outcome(e.id, "skipped", note="up to date", outputs=tuple(e.output_paths(settings)))); continue
+        why = missing_data(e.setting(profile)[0], settings)
+        if why:  # fail fast, without starting a kernel
+            failed = _fail(e, profile, settings, {"error": why, "log": f"# {e.id} (profile {profile}) not run: {why}\n"})
+            failed.note = reason; summary.outcomes.append(failed); continue
+        todo.append((e, reason))
+    return summary, todo
+
+def _run(todo, profile, settings, jobs, dask, hashes, progress) -> list[Outcome]:
+    "Execute the entries of `todo` and commit each result as it arrives."
+    revision, by_id, done = git_revision(settings.root), {e.id: (e, why) for e, why in todo}, {}
+    bar = _Progress(len(todo), f"reproduce {profile}", progress)
+    try:
+        for task, res in _execute([_task(e, profile, settings) for e, _ in todo], jobs, dask):
+            e, why = by_id[task["id"]]
+            try:
+                done[e.id] = (_commit(e, profile, settings, task, res, hashes, revision) if res["status"] == "ok"
+                              else _fail(e, profile, settings, res))
+            except Exception as exc:  # e.g. a full disk while committing: report, go on with the others
+                done[e.id] = Outcome(e.id, "failed", res.get("seconds") or 0.0, error=f"committing outputs failed: {type(exc).__name__}: {exc}")
+            done[e.id].note = why
+            bar.done(done[e.id])
+    finally: bar.close()
+    return [done[e.id] for e, _ in todo]
+
+# %% ../nbs/92_reproduce.ipynb #8e93ba47
 def reproduce(profile: str | None = None, only=None, force: bool = False, jobs: int | None = None,
               dask_address: str | None = None, settings: Settings | None = None, manifest=None,
               progress: bool = True) -> Summary:
     """Run the manifest's entries for `profile` (default `settings.profile`) and return a `Summary`
     (`.exit_code` is 1 if any entry failed). `only`: fnmatch pattern(s) on ids; `force`: rerun
     up-to-date entries; `jobs`: local worker processes (default `settings.jobs`); `dask_address`:
-    a Dask scheduler address (or "local" for a local cluster of `jobs` workers)."""
-    from tqdm.auto import tqdm
+    a Dask scheduler address (or "local" for a local cluster of `jobs` workers); `progress`: a bar on a
+    terminal, one line per finished entry on stderr otherwise."""
     settings = settings or load_settings()
     profile = profile or settings.profile
     if profile not in PROFILES: raise ValueError(f"profile={profile!r} is not one of {PROFILES}")
@@ -642,40 +839,15 @@ def reproduce(profile: str | None = None, only=None, force: bool = False, jobs: 
     if not isinstance(jobs, int) or jobs < 1: raise ValueError(f"jobs={jobs!r} must be an integer >= 1")
     if dask_address is not None and (not isinstance(dask_address, str) or not dask_address.strip()):
         raise ValueError(f"dask_address={dask_address!r} must be a scheduler address like tcp://host:8786 or 'local'")
+    settings.threads, cell_timeout(profile, settings)  # a bad [run] setting is refused before any work
     entries = select(load_manifest(manifest, settings), only)
     records = load_results(settings.results_file)
-    if not dask_address or dask_address == "local": _check_kernel()
-    summary, todo, reasons = Summary(profile), [], {}
-    hashes = source_hashes()  # the source as it is when the batch starts: what the runs will import
-    for e in entries:
-        if e.setting(profile) is None:
-            summary.outcomes.append(Outcome(e.id, "skipped", note=f"no {profile!r} setting in the manifest")); continue
-        reason = "forced" if force else stale_reason(e, profile, settings, records, hashes)
-        if reason is None:
-            summary.outcomes.append(Outcome(e.id, "skipped", note="up to date", outputs=tuple(e.output_paths(settings)))); continue
-        reasons[e.id] = reason
-        why = missing_data(e.setting(profile)[0], settings)
-        if why:  # fail fast, without starting a kernel
-            summary.outcomes.append(_fail(e, profile, settings, {"error": why, "log": f"# {e.id} (profile {profile}) not run: {why}\n"}))
-            continue
-        todo.append(e)
-    if todo:
-        revision = git_revision(settings.root)
-        by_id = {e.id: e for e in todo}
-        tasks = [_task(e, profile, settings) for e in todo]
-        bar = tqdm(total=len(tasks), desc=f"reproduce {profile}", unit="entry", disable=not progress)
-        done = {}
-        for task, res in _execute(tasks, jobs, dask_address):
-            e = by_id[task["id"]]
-            try:
-                done[e.id] = (_commit(e, profile, settings, task, res, hashes, revision) if res["status"] == "ok"
-                              else _fail(e, profile, settings, res))
-            except Exception as exc:  # e.g. a full disk while committing: report, go on with the others
-                done[e.id] = Outcome(e.id, "failed", res.get("seconds") or 0.0, error=f"committing outputs failed: {type(exc).__name__}: {exc}")
-            done[e.id].note = reasons[e.id]
-            bar.set_postfix_str(f"{e.id}: {done[e.id].status}"); bar.update()
-        bar.close()
-        summary.outcomes.extend(done[e.id] for e in todo)
+    remote = bool(dask_address) and dask_address != "local"
+    if not remote: _check_kernel()
+    with (connect_scheduler(dask_address) if remote else contextlib.nullcontext(dask_address)) as dask:
+        hashes = source_hashes()  # the source as it is when the batch starts: what the runs will import
+        summary, todo = _plan(entries, profile, settings, records, force, hashes)
+        if todo: summary.outcomes.extend(_run(todo, profile, settings, jobs, dask, hashes, progress))
     order = {e.id: i for i, e in enumerate(entries)}
     summary.outcomes.sort(key=lambda o: order[o.id])
     return summary

@@ -154,7 +154,7 @@ def check_three(s, summary):
     assert summary.exit_code == 1
     assert status["alpha"].status == "ok" and status["beta"].status == "ok" and status["gamma"].status == "failed"
     g = status["gamma"]
-    assert "deliberate failure after g1" in g.error and g.log == s.build_dir / "smoke" / "gamma.log"
+    assert "deliberate failure after g1" in g.error and g.log == s.build_dir / "smoke" / "gamma.failed.log"
     assert "deliberate failure after g1" in g.log.read_text()
     assert "FAILED" in str(summary) and str(g.log) in str(summary)
     figs = all_files(s.figures_dir)
@@ -184,6 +184,16 @@ def test_failing_entry_keeps_previous_good_outputs(tmp_path):
     assert {p: (s.figures_dir / "testpaper" / p).read_bytes() for p in good} == good
     assert load_results(s.results_file) == records
     assert (s.build_dir / "smoke" / "half.failed.ipynb").is_file()
+    # the kept record still points at the log of its own (good) run; the failure has its own log
+    kept_log = (s.root / records["half"]["log"]).read_text()
+    assert "# ok after" in kept_log and "deliberate failure" not in kept_log
+    assert bad.outcomes[0].log == s.build_dir / "smoke" / "half.failed.log"
+    assert "deliberate failure after h1" in bad.outcomes[0].log.read_text()
+    # a good run again removes the failure's leftovers
+    doc["entries"][0]["profiles"]["smoke"]["parameters"] = {"fail": False, "value": 9.0}
+    m.write_text(json.dumps(doc))
+    assert reproduce(profile="smoke", settings=s, progress=False).exit_code == 0
+    assert not (s.build_dir / "smoke" / "half.failed.log").exists() and not (s.build_dir / "smoke" / "half.failed.ipynb").exists()
 
 
 def test_missing_output_is_a_failure(tmp_path):
@@ -322,3 +332,133 @@ def test_stamp_follows_the_modules_a_run_imported(three):
     assert not is_up_to_date(entry, "smoke", s, records, {**hashes, "dpmf_lit.reproduce": "changed"})  # imported
     from dpmf_lit.reproduce import stale_reason
     assert stale_reason(entry, "smoke", s, records, {**hashes, "dpmf_lit.reproduce": "x"}) == "changed: dpmf_lit.reproduce"
+
+
+# --- figures are checked, progress, timeouts, interrupts, Dask addresses, scratch folders ---------------
+
+# writes files with the promised names that are not images (a 9-byte text as .png, an empty .svg)
+FAKE = '''
+from dpmf_lit.reproduce import experiment_dir, record
+out = experiment_dir(out_dir)
+for name in NAMES:
+    (out / f"{name}.png").write_text("not a png")
+    (out / f"{name}.svg").write_text("")
+'''
+
+
+def test_files_that_are_not_images_fail_and_keep_the_old_figures(tmp_path):
+    m = make_manifest(tmp_path, [("pic", GOOD, ["p"], {})])
+    s = tmp_settings(tmp_path, m)
+    assert reproduce(profile="smoke", settings=s, progress=False).exit_code == 0
+    good = {f: (s.figures_dir / "testpaper" / f).read_bytes() for f in ("p.png", "p.svg")}
+    records = load_results(s.results_file)
+    make_notebook(m.parent / "pic.ipynb", FAKE, ["p"])
+    bad = reproduce(profile="smoke", settings=s, progress=False).outcomes[0]
+    assert bad.status == "failed" and "not images" in bad.error
+    assert "p.png (not a PNG image" in bad.error and "p.svg (not an SVG image" in bad.error
+    assert {f: (s.figures_dir / "testpaper" / f).read_bytes() for f in good} == good
+    assert load_results(s.results_file) == records
+
+
+def test_progress_off_a_terminal_is_one_plain_line_per_entry(three, capsys):
+    reproduce(profile="smoke", settings=three, only="alpha,beta", progress=True)
+    err = capsys.readouterr().err
+    assert "\r" not in err, "a progress bar was drawn into a stream that is not a terminal"
+    assert "reproduce smoke: [1/2] alpha ok" in err and "reproduce smoke: [2/2] beta ok" in err
+    reproduce(profile="smoke", settings=three, only="alpha", force=True, progress=False)
+    assert capsys.readouterr().err == ""
+
+
+SLEEPY = '''
+import time, pathlib
+pathlib.Path(marker).write_text("started")
+time.sleep(120)
+'''
+
+
+def sleepy_manifest(tmp_path, n=1):
+    m = make_manifest(tmp_path, [(f"sleepy{i}", SLEEPY, [f"z{i}"], {}) for i in range(n)])
+    for i in range(n):  # each notebook announces that its long cell has started
+        nb = nbformat.read(str(m.parent / f"sleepy{i}.ipynb"), as_version=4)
+        nb.cells[1].source += f"\nmarker = {str(tmp_path / f'started{i}')!r}"
+        nbformat.write(nb, str(m.parent / f"sleepy{i}.ipynb"))
+    return m
+
+
+def test_cell_timeout_fails_fast_in_one_line(tmp_path):
+    import time
+    from dpmf_lit.reproduce import SMOKE_CELL_TIMEOUT, _task, cell_timeout
+    m = sleepy_manifest(tmp_path)
+    s = load_settings(figures_dir=tmp_path / "figures", build_dir=tmp_path / "build",
+                      results_file=tmp_path / "figures" / "results.json", manifest=m, cell_timeout=3)
+    t0 = time.perf_counter()
+    summary = reproduce(profile="smoke", settings=s, progress=False)
+    assert time.perf_counter() - t0 < 60
+    o = summary.outcomes[0]
+    assert o.status == "failed" and "\n" not in o.error and "cell_timeout=3 s" in o.error, o.error
+    assert "sleepy0" in str(summary) and "timed out" in o.log.read_text()
+    # the smoke profile caps the cell timeout; the others take settings' value
+    big = load_settings(cell_timeout=1800, manifest=m)
+    entry = load_manifest(settings=big)[0]
+    assert cell_timeout("smoke", big) == SMOKE_CELL_TIMEOUT == 300 and _task(entry, "smoke", big)["cell_timeout"] == 300
+    assert cell_timeout("quick", big) == 1800
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_ctrl_c_exits_130_without_a_traceback(tmp_path, jobs):
+    import signal, subprocess, time
+    m = sleepy_manifest(tmp_path, n=jobs)
+    env = {**os.environ, "DPMF_MANIFEST": str(m), "DPMF_FIGURES_DIR": str(tmp_path / "figures"),
+           "DPMF_BUILD_DIR": str(tmp_path / "build"), "DPMF_RESULTS_FILE": str(tmp_path / "figures" / "results.json")}
+    dpmf = Path(sys.executable).parent / "dpmf"
+    p = subprocess.Popen([str(dpmf), "reproduce", "--profile", "smoke", "--jobs", str(jobs)], env=env, cwd=tmp_path,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / f"started{i}").exists() for i in range(jobs)):
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+        time.sleep(0.2)
+    t0 = time.monotonic()
+    os.killpg(p.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground process group
+    out, err = p.communicate(timeout=60)
+    err = err.decode()
+    assert p.returncode == 130 and time.monotonic() - t0 < 30, (p.returncode, err)
+    assert "Traceback" not in err and "ZMQError" not in err and "Task exception" not in err, err
+    assert "interrupted" in err
+
+
+def test_unreachable_dask_scheduler_fails_fast(three):
+    import socket, time
+    from dpmf_lit.checks import UserError
+    with socket.socket() as sock:  # a port on which nothing listens
+        sock.bind(("127.0.0.1", 0)); port = sock.getsockname()[1]
+    t0 = time.perf_counter()
+    with pytest.raises(UserError, match=f"Dask scheduler at 'tcp://127.0.0.1:{port}'"):
+        reproduce(profile="smoke", settings=three, dask_address=f"tcp://127.0.0.1:{port}", progress=False)
+    assert time.perf_counter() - t0 < 10
+    with pytest.raises(ValueError, match="dask_address='tcp://host:notaport'"):
+        reproduce(profile="smoke", settings=three, dask_address="tcp://host:notaport", progress=False)
+    assert not (three.build_dir / "smoke").exists()
+
+
+def test_scratch_folders_are_removed_when_the_process_ends(tmp_path):
+    import subprocess, tempfile
+    from dpmf_lit.reproduce import experiment_dir
+    code = "from dpmf_lit.reproduce import experiment_dir; print(experiment_dir())"
+    made = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert made and "dpmf-experiment-" in made and not Path(made).exists()
+    # in a process-pool worker too, as nbdev-test runs notebooks (multiprocessing's exit hook; atexit does not run there)
+    code = ("import multiprocessing as mp\nfrom concurrent.futures import ProcessPoolExecutor\n"
+            "from dpmf_lit.reproduce import experiment_dir\ndef f(_): return str(experiment_dir())\n"
+            "if __name__ == '__main__':\n    with ProcessPoolExecutor(1, mp_context=mp.get_context('fork')) as p: print(list(p.map(f, [0]))[0])\n")
+    (tmp_path / "pool.py").write_text(code)
+    made = subprocess.run([sys.executable, str(tmp_path / "pool.py")], capture_output=True, text=True, check=True).stdout.strip()
+    assert made and not Path(made).exists()
+    # folders of processes that were killed are swept by the next call
+    dead = subprocess.Popen([sys.executable, "-c", "pass"]); dead.wait()
+    orphan = Path(tempfile.gettempdir()) / f"dpmf-experiment-{dead.pid}-test"
+    orphan.mkdir()
+    try:
+        mine = experiment_dir()
+        assert not orphan.exists() and mine.is_dir()
+    finally: shutil.rmtree(orphan, ignore_errors=True)
