@@ -21,45 +21,45 @@ def problem(n_users=40, n_items=25, n=500, d=8, seed=0):
 # ---------------------------------------------------------------- SGD
 @pytest.mark.parametrize("use_bias", [True, False])
 def test_sgd_epoch_matches_numpy(use_bias):
-    user, item, rating, P0, Q0, bu0, bi0 = problem()
+    user, item, rating, U0, V0, b0, c0 = problem()
     order = np.random.default_rng(5).permutation(len(user))
-    P, Q, bu, bi = P0.copy(), Q0.copy(), bu0.copy(), bi0.copy()
-    Pr, Qr, bur, bir = P0, Q0, bu0, bi0
+    U, V, b, c = U0.copy(), V0.copy(), b0.copy(), c0.copy()
+    Ur, Vr, br, cr = U0, V0, b0, c0
     for _ in range(3):
-        sse = sgd_epoch(user, item, rating, order, P, Q, bu, bi, 3.5, 0.02, 0.05, 0.01, use_bias)
-        Pr, Qr, bur, bir = sgd_reference(user, item, rating, order, Pr, Qr, bur, bir, 3.5, 0.02, 0.05, 0.01, use_bias)
-    for a, b in ((P, Pr), (Q, Qr), (bu, bur), (bi, bir)):
-        np.testing.assert_allclose(a, b, atol=2e-5)
+        sse = sgd_epoch(user, item, rating, order, U, V, b, c, 3.5, 0.02, 0.05, 0.01, use_bias)
+        Ur, Vr, br, cr = sgd_reference(user, item, rating, order, Ur, Vr, br, cr, 3.5, 0.02, 0.05, 0.01, use_bias)
+    for x, y in ((U, Ur), (V, Vr), (b, br), (c, cr)):
+        np.testing.assert_allclose(x, y, atol=2e-5)
     if not use_bias:
-        np.testing.assert_array_equal(bu, bu0)
+        np.testing.assert_array_equal(b, b0)
     assert sse > 0
 
 
 def test_sgd_epoch_visits_only_order():
-    user, item, rating, P0, Q0, bu0, bi0 = problem()
+    user, item, rating, U0, V0, b0, c0 = problem()
     order = np.arange(10)   # only the first 10 ratings
-    P, Q = P0.copy(), Q0.copy()
-    sgd_epoch(user, item, rating, order, P, Q, bu0.copy(), bi0.copy(), 3.5, 0.02, 0.05, 0.01, True)
-    untouched = np.setdiff1d(np.arange(len(P)), user[:10])
-    np.testing.assert_array_equal(P[untouched], P0[untouched])
-    assert not np.array_equal(P[user[:10]], P0[user[:10]])
+    U, V = U0.copy(), V0.copy()
+    sgd_epoch(user, item, rating, order, U, V, b0.copy(), c0.copy(), 3.5, 0.02, 0.05, 0.01, True)
+    untouched = np.setdiff1d(np.arange(len(U)), user[:10])
+    np.testing.assert_array_equal(U[untouched], U0[untouched])
+    assert not np.array_equal(U[user[:10]], U0[user[:10]])
 
 
 @pytest.mark.parametrize("G", [1, 2, 3, 4])
 def test_blocks_partition_and_strata(G):
     user, item, rating, *_ = problem(n=700)
-    b = prepare_sgd_blocks(user, item, rating, 40, 25, n_threads=G, seed=3)
-    assert b.n_groups == G and b.ptr[0] == 0 and b.ptr[-1] == len(user) and np.all(np.diff(b.ptr) >= 0)
+    grid = prepare_sgd_blocks(user, item, rating, 40, 25, n_threads=G, seed=3)
+    assert grid.n_groups == G and grid.ptr[0] == 0 and grid.ptr[-1] == len(user) and np.all(np.diff(grid.ptr) >= 0)
     # every rating exactly once, with its value
-    assert sorted(zip(b.user.tolist(), b.item.tolist(), b.rating.tolist())) == \
+    assert sorted(zip(grid.user.tolist(), grid.item.tolist(), grid.rating.tolist())) == \
         sorted(zip(user.tolist(), item.tolist(), rating.tolist()))
-    assert b.user.dtype == np.int32 and b.item.dtype == np.int32 and b.rating.dtype == np.float32
+    assert grid.user.dtype == np.int32 and grid.item.dtype == np.int32 and grid.rating.dtype == np.float32
     # each block holds one user group and one item group; blocks of a stratum share no row
     ug, ig = {}, {}
     for blk in range(G * G):
-        sl = slice(b.ptr[blk], b.ptr[blk + 1])
-        for u in b.user[sl]: assert ug.setdefault(u, blk // G) == blk // G
-        for i in b.item[sl]: assert ig.setdefault(i, blk % G) == blk % G
+        sl = slice(grid.ptr[blk], grid.ptr[blk + 1])
+        for u in grid.user[sl]: assert ug.setdefault(u, blk // G) == blk // G
+        for i in grid.item[sl]: assert ig.setdefault(i, blk % G) == blk % G
     # balanced user groups: no group has more than its share plus the largest user
     counts = np.bincount(user, minlength=40)
     loads = np.bincount([ug[u] for u in user], minlength=G)
@@ -68,29 +68,29 @@ def test_blocks_partition_and_strata(G):
 
 def test_blocks_user_layout_groups_users():
     user, item, rating, *_ = problem(n=700)
-    b = prepare_sgd_blocks(user, item, rating, 40, 25, n_threads=2, seed=0, layout="user")
+    grid = prepare_sgd_blocks(user, item, rating, 40, 25, n_threads=2, seed=0, layout="user")
     for blk in range(4):
-        us = b.user[b.ptr[blk]:b.ptr[blk + 1]]
+        us = grid.user[grid.ptr[blk]:grid.ptr[blk + 1]]
         runs = 1 + np.count_nonzero(us[1:] != us[:-1]) if len(us) else 0
         assert runs == len(np.unique(us))   # each user's ratings are consecutive
 
 
 @pytest.mark.parametrize("G", [1, 2, 3])
 def test_sgd_parallel_matches_serial_reference_and_is_deterministic(G):
-    user, item, rating, P0, Q0, bu0, bi0 = problem(n=700)
-    b = prepare_sgd_blocks(user, item, rating, 40, 25, n_threads=G, seed=1)
+    user, item, rating, U0, V0, b0, c0 = problem(n=700)
+    grid = prepare_sgd_blocks(user, item, rating, 40, 25, n_threads=G, seed=1)
     outs = []
     for _ in range(2):
-        P, Q, bu, bi = P0.copy(), Q0.copy(), bu0.copy(), bi0.copy()
-        for _ in range(2): sgd_epoch_parallel(*b, P, Q, bu, bi, 3.5, 0.02, 0.05, 0.01, True)
-        outs.append((P, Q, bu, bi))
-    for a, c in zip(*outs):
-        np.testing.assert_array_equal(a, c)
-    Pr, Qr, bur, bir = P0, Q0, bu0, bi0
+        U, V, b, c = U0.copy(), V0.copy(), b0.copy(), c0.copy()
+        for _ in range(2): sgd_epoch_parallel(*grid, U, V, b, c, 3.5, 0.02, 0.05, 0.01, True)
+        outs.append((U, V, b, c))
+    for x, y in zip(*outs):
+        np.testing.assert_array_equal(x, y)
+    Ur, Vr, br, cr = U0, V0, b0, c0
     for _ in range(2):
-        Pr, Qr, bur, bir = sgd_reference(b.user, b.item, b.rating, blocks_visit_order(b.ptr), Pr, Qr, bur, bir, 3.5, 0.02, 0.05, 0.01, True)
-    for a, c in zip(outs[0], (Pr, Qr, bur, bir)):
-        np.testing.assert_allclose(a, c, atol=2e-5)
+        Ur, Vr, br, cr = sgd_reference(grid.user, grid.item, grid.rating, blocks_visit_order(grid.ptr), Ur, Vr, br, cr, 3.5, 0.02, 0.05, 0.01, True)
+    for x, y in zip(outs[0], (Ur, Vr, br, cr)):
+        np.testing.assert_allclose(x, y, atol=2e-5)
 
 
 def test_prepare_blocks_bad_input():
@@ -104,45 +104,45 @@ def test_prepare_blocks_bad_input():
 # ---------------------------------------------------------------- GD and ALS
 @pytest.mark.parametrize("weighted", [True, False])
 def test_gradient_matches_finite_differences(weighted):
-    user, item, rating, P, Q, bu, bi = problem()
+    user, item, rating, U, V, b, c = problem()
     args = (3.5, 0.05, 0.08, 0.02, True, weighted)
-    g = [np.empty_like(x) for x in (P, Q, bu, bi)]
-    E, sse = mf_gradient(user, item, rating, P, Q, bu, bi, *args, *g)
-    assert E == pytest.approx(objective_reference(user, item, rating, P, Q, bu, bi, *args), rel=1e-5)
+    g = [np.empty_like(x) for x in (U, V, b, c)]
+    E, sse = mf_gradient(user, item, rating, U, V, b, c, *args, *g)
+    assert E == pytest.approx(objective_reference(user, item, rating, U, V, b, c, *args), rel=1e-5)
     rng = np.random.default_rng(0)
     for _ in range(3):   # directional derivatives along random directions
-        D = [rng.standard_normal(x.shape) for x in (P, Q, bu, bi)]
+        D = [rng.standard_normal(x.shape) for x in (U, V, b, c)]
         h = 1e-4
-        f = lambda t: objective_reference(user, item, rating, *(x + t * dx for x, dx in zip((P, Q, bu, bi), D)), *args)
+        f = lambda t: objective_reference(user, item, rating, *(x + t * dx for x, dx in zip((U, V, b, c), D)), *args)
         fd = (f(h) - f(-h)) / (2 * h)
         an = sum((gx.astype(np.float64) * dx).sum() for gx, dx in zip(g, D))
         assert fd == pytest.approx(an, rel=1e-3, abs=1e-3)
 
 
 def test_gd_step_decreases_objective_and_respects_sides():
-    user, item, rating, P0, Q0, bu0, bi0 = problem()
-    P, Q, bu, bi = P0.copy(), Q0.copy(), bu0.copy(), bi0.copy()
-    Es = [gd_step(user, item, rating, P, Q, bu, bi, 3.0, 0.01, 0.05, 0.05, 0.02, True, True)[0] for _ in range(20)]
-    assert all(b < a for a, b in zip(Es, Es[1:]))
-    P, Q, bu, bi = P0.copy(), Q0.copy(), bu0.copy(), bi0.copy()
-    gd_step(user, item, rating, P, Q, bu, bi, 3.0, 0.01, 0.05, 0.05, 0.02, True, True, False, True)
-    np.testing.assert_array_equal(P, P0); np.testing.assert_array_equal(bu, bu0)
-    assert not np.array_equal(Q, Q0)
+    user, item, rating, U0, V0, b0, c0 = problem()
+    U, V, b, c = U0.copy(), V0.copy(), b0.copy(), c0.copy()
+    Es = [gd_step(user, item, rating, U, V, b, c, 3.0, 0.01, 0.05, 0.05, 0.02, True, True)[0] for _ in range(20)]
+    assert all(e1 < e0 for e0, e1 in zip(Es, Es[1:]))
+    U, V, b, c = U0.copy(), V0.copy(), b0.copy(), c0.copy()
+    gd_step(user, item, rating, U, V, b, c, 3.0, 0.01, 0.05, 0.05, 0.02, True, True, False, True)
+    np.testing.assert_array_equal(U, U0); np.testing.assert_array_equal(b, b0)
+    assert not np.array_equal(V, V0)
 
 
 @pytest.mark.parametrize("use_bias,weighted", [(True, True), (True, False), (False, True), (False, False)])
 def test_als_sweep_solves_normal_equations(use_bias, weighted):
-    user, item, rating, P0, Q0, bu0, bi0 = problem(n_users=45)   # users 40..44 have no ratings
-    P, bu = P0.copy(), bu0.copy()
-    als_sweep(*to_csr(user, item, rating, 45), P, Q0, bu, bi0, 3.0, 0.1, 0.05, use_bias, weighted)
-    Pr, bur = als_reference(user, item, rating, P0, Q0, bu0, bi0, 3.0, 0.1, 0.05, use_bias, weighted)
-    np.testing.assert_allclose(P, Pr, atol=1e-4)
-    np.testing.assert_allclose(bu, bur, atol=1e-4)
+    user, item, rating, U0, V0, b0, c0 = problem(n_users=45)   # users 40..44 have no ratings
+    U, b = U0.copy(), b0.copy()
+    als_sweep(*to_csr(user, item, rating, 45), U, V0, b, c0, 3.0, 0.1, 0.05, use_bias, weighted)
+    Ur, br = als_reference(user, item, rating, U0, V0, b0, c0, 3.0, 0.1, 0.05, use_bias, weighted)
+    np.testing.assert_allclose(U, Ur, atol=1e-4)
+    np.testing.assert_allclose(b, br, atol=1e-4)
     empty = np.bincount(user, minlength=45) == 0
-    assert not P[empty].any() and (not use_bias or not bu[empty].any())   # users without ratings get zeros
+    assert not U[empty].any() and (not use_bias or not b[empty].any())   # users without ratings get zeros
     # an exact block minimisation never increases the objective
     args = (3.0, 0.1, 0.1, 0.05, use_bias, weighted)
-    assert objective_reference(user, item, rating, P, Q0, bu, bi0, *args) <= objective_reference(user, item, rating, P0, Q0, bu0, bi0, *args)
+    assert objective_reference(user, item, rating, U, V0, b, c0, *args) <= objective_reference(user, item, rating, U0, V0, b0, c0, *args)
 
 
 def test_to_csr():
