@@ -176,16 +176,9 @@ def cmd_reproduce(args) -> int:
         print(f"dpmf: {n} entr{'y' if n == 1 else 'ies'} failed: {', '.join(o.id for o in summary.failed)} (logs listed above)", file=sys.stderr)
     return summary.exit_code
 
-# %% ../nbs/93_cli.ipynb #da2f21b1
-def build_parser() -> argparse.ArgumentParser:
-    "The `dpmf` argument parser with its subcommands."
-    common = _global_options()
-    fmt = argparse.RawDescriptionHelpFormatter
-    top = _Parser(prog="dpmf", parents=[common], formatter_class=fmt,
-                  description="dpmf-lit: differentially private matrix factorization, literate and reproducible.",
-                  epilog="Run 'dpmf COMMAND --help' for the options of each command.")
-    sub = top.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
-
+# %% ../nbs/93_cli.ipynb #f19aa836
+def _data_parsers(sub, common, fmt):
+    "`dpmf data fetch` and `dpmf data list`."
     data = sub.add_parser("data", parents=[common], formatter_class=fmt, help="fetch and list rating data sets",
                           description="Fetch, verify and list the rating data sets of settings.ini.")
     dsub = data.add_subparsers(dest="data_command", metavar="ACTION", required=True, parser_class=_Parser)
@@ -202,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     l.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     l.set_defaults(func=cmd_data_list)
 
+# %% ../nbs/93_cli.ipynb #25833f15
+def _fit_parser(sub, common, fmt):
+    "`dpmf fit`, whose help ends with every mechanism and its parameters."
     fit = sub.add_parser("fit", parents=[common], formatter_class=fmt, help="fit a mechanism and report its test error",
                          description="Fit a registered mechanism (e.g. 'pmf') on a random train/test split of a data set "
                                      "and report test RMSE, MAE, fit time and the privacy report. The mechanisms "
@@ -222,6 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     fit.set_defaults(func=cmd_fit)
     fit.help_tail = mechanism_help
 
+# %% ../nbs/93_cli.ipynb #86e1fdb7
+def _bench_and_reproduce_parsers(sub, common, fmt):
+    "`dpmf bench` and `dpmf reproduce`."
     bench = sub.add_parser("bench", parents=[common], help="rating updates per second against Surprise and libmf",
                            description="Measure rating updates per second of the dpmf SGD kernel (one thread and all "
                                        "threads) against Surprise's SVD and the libmf binding on identical data and "
@@ -247,6 +246,19 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run the entries on the Dask scheduler at ADDRESS (e.g. tcp://host:8786), or 'local' for a local cluster of --jobs workers")
     rep.add_argument("--no-progress", action="store_true", help="no progress bar")
     rep.set_defaults(func=cmd_reproduce)
+
+# %% ../nbs/93_cli.ipynb #da2f21b1
+def build_parser() -> argparse.ArgumentParser:
+    "The `dpmf` argument parser with its subcommands."
+    common = _global_options()
+    fmt = argparse.RawDescriptionHelpFormatter
+    top = _Parser(prog="dpmf", parents=[common], formatter_class=fmt,
+                  description="dpmf-lit: differentially private matrix factorization, literate and reproducible.",
+                  epilog="Run 'dpmf COMMAND --help' for the options of each command.")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+    _data_parsers(sub, common, fmt)
+    _fit_parser(sub, common, fmt)
+    _bench_and_reproduce_parsers(sub, common, fmt)
     return top
 
 # %% ../nbs/93_cli.ipynb #4e7d9e1f
