@@ -6,31 +6,43 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/cli.html.md"""
 
 # %% ../nbs/93_cli.ipynb #5ce085c8
 from __future__ import annotations
-import argparse, inspect, json, sys
+import argparse, inspect, json, sys, traceback
 from pathlib import Path
+from .checks import UserError, check_fraction
 from .settings import PROFILES, load_settings
 from .reproduce import (load_ratings, parse_assignments, parse_dataset_spec, reproduce, to_jsonable,
                                 known_datasets)
 
 # %% auto #0
-__all__ = ['cmd_data_list', 'cmd_data_fetch', 'fit_report', 'cmd_fit', 'cmd_bench', 'cmd_reproduce', 'build_parser', 'main']
+__all__ = ['PATHS_HELP', 'USER_ERRORS', 'cmd_data_list', 'cmd_data_fetch', 'mechanism_help', 'fit_report', 'cmd_fit', 'cmd_bench',
+           'cmd_reproduce', 'build_parser', 'main']
 
 # %% ../nbs/93_cli.ipynb #597dacc7
 class _Parser(argparse.ArgumentParser):
-    "argparse with the error line `dpmf: error: ...` whatever the subcommand."
+    "argparse with the error line `dpmf: error: ...` whatever the subcommand; `help_tail()`, if set, ends the help."
+    help_tail = None
+
     def error(self, message):
         self.print_usage(sys.stderr)
         self.exit(2, f"dpmf: error: {message}\n")
 
+    def format_help(self) -> str:
+        text = super().format_help()
+        return text if self.help_tail is None else text.rstrip("\n") + "\n\n" + self.help_tail() + "\n"
+
 # %% ../nbs/93_cli.ipynb #94811347
+PATHS_HELP = ("A relative path given here or in a DPMF_* variable is relative to the current folder; "
+              "a relative path inside settings.ini is relative to the folder of that file.")
+
 def _global_options() -> argparse.ArgumentParser:
     "Options valid before and after the subcommand (SUPPRESS keeps a later default from erasing an earlier value)."
     p = argparse.ArgumentParser(add_help=False)
-    g = p.add_argument_group("settings overrides (win over settings.ini and DPMF_* variables)")
+    g = p.add_argument_group("settings overrides (win over settings.ini and DPMF_* variables)", PATHS_HELP)
     g.add_argument("--settings", metavar="PATH", default=argparse.SUPPRESS, help="settings.ini to read (default: found from the current folder)")
     g.add_argument("--data-dir", metavar="DIR", default=argparse.SUPPRESS, help="where data sets are cached")
     g.add_argument("--figures-dir", metavar="DIR", default=argparse.SUPPRESS, help="where figures and results.json are written")
     g.add_argument("--build-dir", metavar="DIR", default=argparse.SUPPRESS, help="where executed notebooks and logs go")
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="on an error, print the full traceback")
     return p
 
 def _settings(args):
@@ -73,41 +85,42 @@ def cmd_data_fetch(args) -> int:
     return 0
 
 # %% ../nbs/93_cli.ipynb #875d0d70
-def _mechanism(name: str):
-    from dpmf_lit import mf
-    try: return mf.get_mechanism(name)
-    except KeyError as e: raise ValueError(e.args[0] if e.args and isinstance(e.args[0], str) and " " in e.args[0]
-                                           else f"mechanism={name!r} is unknown; known: {sorted(mf.MECHANISMS)}") from None
+def _cli_value(v) -> str:
+    "A default as it would be typed after --set."
+    return "none" if v is None else ("true" if v is True else "false" if v is False else str(v))
 
-def _check_params(cls, name: str, params: dict) -> dict:
-    sig = inspect.signature(cls)
-    if not any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()):
-        known = [k for k in sig.parameters if k != "self"]
-        unknown = sorted(set(params) - set(known))
-        if unknown: raise ValueError(f"--set {unknown[0]}=…: mechanism {name!r} has no parameter {unknown[0]!r}; known: {known}")
-    return params
+def mechanism_help() -> str:
+    "Every discovered mechanism with its parameters, defaults and one-line docs (the end of `dpmf fit --help`)."
+    from dpmf_lit.mechanism import mechanisms
+    try: found = mechanisms()
+    except Exception as e: return f"mechanisms: could not be listed ({type(e).__name__}: {e})"
+    lines = ["mechanisms (dpmf fit NAME) and their parameters (--set KEY=VALUE; the default shown):"]
+    for name, cls in found.items():
+        lines.append(f"  {name}: {(inspect.getdoc(cls) or '').splitlines()[0]}")
+        for k, default, doc in cls.parameter_docs():
+            lines.append(f"      {k + '=' + _cli_value(default):<24} {doc}".rstrip())
+    return "\n".join(lines)
 
+# %% ../nbs/93_cli.ipynb #6e2644eb
 def fit_report(mechanism: str, dataset: str, params: dict | None = None, test_fraction: float = 0.2, seed: int = 0,
                settings=None, progress: bool = False) -> dict:
     "Fit `mechanism` on a random split of `dataset`; the dict `dpmf fit --json` prints."
     from dpmf_lit import data, mf
-    if not (isinstance(test_fraction, (int, float)) and 0 < test_fraction < 1):
-        raise ValueError(f"test_fraction={test_fraction!r} must be in (0, 1)")
+    from dpmf_lit.mechanism import get_mechanism
+    test_fraction = check_fraction("test_fraction", test_fraction)
     params = dict(params or {})
-    cls = _mechanism(mechanism)
-    _check_params(cls, mechanism, params)
-    if "seed" in inspect.signature(cls).parameters and "seed" not in params: params["seed"] = seed
+    cls = get_mechanism(mechanism)
+    if "seed" in cls.parameter_names() and "seed" not in params: params["seed"] = seed
     name, _ = parse_dataset_spec(dataset)
     settings = settings or load_settings()
     if name != "synthetic" and name not in settings.datasets:
         raise ValueError(f"dataset={name!r} is unknown; known: {known_datasets(settings)}")
-    model = cls(**params)                      # the mechanism validates its own parameters here
+    model = cls(**params)                      # names an unknown parameter or a bad value, before any data is loaded
     ratings = load_ratings(dataset, settings=settings)
     train, test = data.random_split(ratings, test_fraction=test_fraction, seed=seed)
     fitted = model.fit(train, progress=progress)
     metrics = mf.evaluate(fitted, test)
-    used = model.params() if hasattr(model, "params") else params
-    return to_jsonable({"mechanism": mechanism, "dataset": ratings.name, "parameters": used, "test_fraction": test_fraction,
+    return to_jsonable({"mechanism": mechanism, "dataset": ratings.name, "parameters": fitted.params, "test_fraction": test_fraction,
                         "seed": seed, "n_train": len(train), "n_test": len(test), **metrics,
                         "rmse": float(metrics["rmse"]), "mae": float(metrics["mae"]),
                         "fit_seconds": float(fitted.fit_seconds), "privacy": fitted.privacy.to_dict()})
@@ -117,14 +130,11 @@ def cmd_fit(args) -> int:
     rep = fit_report(args.mechanism, args.dataset, params, args.test_fraction, args.seed, settings=_settings(args),
                      progress=(not args.json) and sys.stderr.isatty())
     if args.json: print(json.dumps(rep)); return 0
-    pr = rep["privacy"]
-    guarantee = ("non-private" if pr.get("epsilon") is None else
-                 f"({pr['epsilon']:g}, {pr.get('delta') or 0:g})-DP per {pr.get('unit')}, {pr.get('method')}")
     print(f"{rep['mechanism']} on {rep['dataset']}: {rep['n_train']:,} train / {rep['n_test']:,} test ratings "
           f"(test fraction {rep['test_fraction']}, seed {rep['seed']})")
-    print(f"  parameters  {', '.join(f'{k}={v}' for k, v in rep['parameters'].items())}")
+    print(f"  parameters  {', '.join(f'{k}={_cli_value(v)}' for k, v in rep['parameters'].items())}")
     print(f"  test RMSE   {rep['rmse']:.4f}\n  test MAE    {rep['mae']:.4f}\n  fit time    {rep['fit_seconds']:.2f} s")
-    print(f"  privacy     {guarantee}; released {', '.join(pr.get('released') or [])}")
+    print(f"  privacy     {rep['privacy']['summary']}")
     return 0
 
 # %% ../nbs/93_cli.ipynb #42c45334
@@ -166,16 +176,9 @@ def cmd_reproduce(args) -> int:
         print(f"dpmf: {n} entr{'y' if n == 1 else 'ies'} failed: {', '.join(o.id for o in summary.failed)} (logs listed above)", file=sys.stderr)
     return summary.exit_code
 
-# %% ../nbs/93_cli.ipynb #da2f21b1
-def build_parser() -> argparse.ArgumentParser:
-    "The `dpmf` argument parser with its subcommands."
-    common = _global_options()
-    fmt = argparse.RawDescriptionHelpFormatter
-    top = _Parser(prog="dpmf", parents=[common], formatter_class=fmt,
-                  description="dpmf-lit: differentially private matrix factorization, literate and reproducible.",
-                  epilog="Run 'dpmf COMMAND --help' for the options of each command.")
-    sub = top.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
-
+# %% ../nbs/93_cli.ipynb #f19aa836
+def _data_parsers(sub, common, fmt):
+    "`dpmf data fetch` and `dpmf data list`."
     data = sub.add_parser("data", parents=[common], formatter_class=fmt, help="fetch and list rating data sets",
                           description="Fetch, verify and list the rating data sets of settings.ini.")
     dsub = data.add_subparsers(dest="data_command", metavar="ACTION", required=True, parser_class=_Parser)
@@ -192,13 +195,17 @@ def build_parser() -> argparse.ArgumentParser:
     l.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     l.set_defaults(func=cmd_data_list)
 
+# %% ../nbs/93_cli.ipynb #25833f15
+def _fit_parser(sub, common, fmt):
+    "`dpmf fit`, whose help ends with every mechanism and its parameters."
     fit = sub.add_parser("fit", parents=[common], formatter_class=fmt, help="fit a mechanism and report its test error",
                          description="Fit a registered mechanism (e.g. 'pmf') on a random train/test split of a data set "
-                                     "and report test RMSE, MAE, fit time and the privacy report.",
+                                     "and report test RMSE, MAE, fit time and the privacy report. The mechanisms "
+                                     "and their parameters are listed at the end.",
                          epilog="examples:\n  dpmf fit pmf --dataset ml-100k --json\n"
                                 "  dpmf fit pmf --dataset ml-100k --set d=32 --set epochs=40 --set solver=als\n"
                                 "  dpmf fit pmf --dataset synthetic:n_users=2000,n_items=1000,n_ratings=100000")
-    fit.add_argument("mechanism", metavar="MECHANISM", help="a registered mechanism name, e.g. pmf")
+    fit.add_argument("mechanism", metavar="MECHANISM", help="a registered mechanism name, e.g. pmf (all are listed below)")
     fit.add_argument("--dataset", required=True, metavar="NAME",
                      help="a data set of settings.ini (e.g. ml-100k) or 'synthetic[:key=value,...]' with options of "
                           "dpmf_lit.data.synthetic")
@@ -209,7 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--json", action="store_true",
                      help="print one JSON object: rmse, mae, fit_seconds, n_train, n_test, privacy, parameters, ...")
     fit.set_defaults(func=cmd_fit)
+    fit.help_tail = mechanism_help
 
+# %% ../nbs/93_cli.ipynb #86e1fdb7
+def _bench_and_reproduce_parsers(sub, common, fmt):
+    "`dpmf bench` and `dpmf reproduce`."
     bench = sub.add_parser("bench", parents=[common], help="rating updates per second against Surprise and libmf",
                            description="Measure rating updates per second of the dpmf SGD kernel (one thread and all "
                                        "threads) against Surprise's SVD and the libmf binding on identical data and "
@@ -235,17 +246,43 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run the entries on the Dask scheduler at ADDRESS (e.g. tcp://host:8786), or 'local' for a local cluster of --jobs workers")
     rep.add_argument("--no-progress", action="store_true", help="no progress bar")
     rep.set_defaults(func=cmd_reproduce)
+
+# %% ../nbs/93_cli.ipynb #da2f21b1
+def build_parser() -> argparse.ArgumentParser:
+    "The `dpmf` argument parser with its subcommands."
+    common = _global_options()
+    fmt = argparse.RawDescriptionHelpFormatter
+    top = _Parser(prog="dpmf", parents=[common], formatter_class=fmt,
+                  description="dpmf-lit: differentially private matrix factorization, literate and reproducible.",
+                  epilog="Run 'dpmf COMMAND --help' for the options of each command.")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+    _data_parsers(sub, common, fmt)
+    _fit_parser(sub, common, fmt)
+    _bench_and_reproduce_parsers(sub, common, fmt)
     return top
 
 # %% ../nbs/93_cli.ipynb #4e7d9e1f
+USER_ERRORS = (ValueError, FileNotFoundError, UserError, OSError, OverflowError, MemoryError)
+
+def _user_message(e: BaseException) -> str:
+    if isinstance(e, MemoryError): return f"out of memory{': ' + str(e) if str(e) else ''}; use a smaller data set or rank"
+    return str(e) or type(e).__name__
+
 def main(argv=None) -> int:
     "Entry point of the `dpmf` console script; returns the exit status."
-    args = build_parser().parse_args(argv)
+    debug = "--debug" in (sys.argv[1:] if argv is None else [str(a) for a in argv])
     try:
+        args = build_parser().parse_args(argv)
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"dpmf: error: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("dpmf: interrupted", file=sys.stderr)
         return 130
+    except USER_ERRORS as e:
+        if debug: traceback.print_exc()
+        print(f"dpmf: error: {_user_message(e)}", file=sys.stderr)
+        return 2
+    except Exception as e:
+        if debug: traceback.print_exc()
+        print(f"dpmf: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+        if not debug: print("dpmf: this is a bug; rerun with --debug to see the traceback", file=sys.stderr)
+        return 1

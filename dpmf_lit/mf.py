@@ -47,6 +47,7 @@ def error_cdf(y, yhat, r_max: float, n_points: int = 101):
     err = np.sort(np.abs(y - yhat))
     return x, np.searchsorted(err, x, side="right") / err.size
 
+# %% ../nbs/01_mf.ipynb #73a5a31a
 def mean_error_increase(abs_err, abs_err_baseline) -> float:
     "Mean of |error| minus mean of baseline |error| on the same test ratings (> 0: worse than baseline)."
     a, b = _pair(abs_err, abs_err_baseline)

@@ -140,3 +140,90 @@ def test_reproduce_failure_exit_status(tmp_path):
     assert "FAILED" in p.stdout and "deliberately broken experiment" in p.stdout and str(tmp_path / "b" / "smoke" / "broken.log") in p.stdout
     assert "1 entry failed: broken" in p.stderr
     assert not (tmp_path / "f" / "p").exists() and not (tmp_path / "f" / "results.json").exists()
+
+
+# ---------------------------------------------------------------- user errors are one line, exit 2; bugs are one line, exit 1
+@pytest.mark.parametrize("mech, sets, message", [
+    ("pmf", ["lr=abc"], "lr='abc' must be a number > 0"),
+    ("pmf", ["reg_bias=abc"], "reg_bias='abc' must be a number"),
+    ("pmf", ["init_std=abc"], "init_std='abc' must be a number > 0"),
+    ("pmf", ["lr_decay=abc"], "lr_decay='abc' must be a number"),
+    ("pmf", ["bias=no"], "bias='no' must be True or False"),
+    ("pmf", ["lr=0.3", "d=8"], "(lr=0.3, solver='sgd'): lower lr"),
+    ("pmf", ["d=100000000000"], "more than the"),
+    ("hua", ["epsilon=true"], "epsilon=True must be a number > 0"),
+    ("hua", ["pmf_reg=-1"], "pmf_reg=-1 must be a finite number >= 0"),
+    ("hua", ["pmf_lr=abc"], "pmf_lr='abc' must be a number > 0"),
+    ("hua", ["pmf_solver=newton"], "pmf_solver='newton' must be one of"),
+    ("hua", ["epsilon=1e-300"], "overflowed"),
+    ("hua", ["epsilon=1e-320"], "raise epsilon=1e-320"),
+])
+def test_bad_parameter_values_are_one_line_errors(mech, sets, message):
+    p = dpmf("fit", mech, "--dataset", SMALL, *[a for s in sets for a in ("--set", s)], "--json")
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert p.stderr.startswith("dpmf: error:") and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert message in p.stderr and "Traceback" not in p.stderr and "np." not in p.stderr and p.stdout == ""
+
+
+def test_report_shows_the_parameters_that_ran():
+    rep = json.loads(dpmf("fit", "pmf", "--dataset", SMALL, "--set", "d=4", "--set", "epochs=2", "--set", "threads=64", "--json").stdout)
+    p = rep["parameters"]
+    assert None not in (p["epochs"], p["lr"], p["lr_decay"], p["reg_bias"], p["threads"])
+    assert p["threads"] <= (os.cpu_count() or 1) and p["blocks"] == 64
+
+
+def test_human_output_states_the_privacy_scope():
+    p = dpmf("fit", "hua", "--dataset", SMALL, "--set", "d=4")
+    assert p.returncode == 0, p.stderr
+    line = next(l for l in p.stdout.splitlines() if l.strip().startswith("privacy"))
+    assert "(1, 0)-DP per rating (scope: for V given U, where U is trained non-privately" in line and "not epsilon-DP" in line
+    rep = json.loads(dpmf("fit", "hua", "--dataset", SMALL, "--set", "d=4", "--json").stdout)
+    assert rep["privacy"]["scope"] and rep["privacy"]["summary"] in p.stdout
+
+
+def test_fit_help_lists_every_mechanism_and_its_parameters():
+    from dpmf_lit.mechanism import mechanisms
+    out = dpmf("fit", "--help").stdout
+    for name, cls in mechanisms().items():
+        assert f"\n  {name}: " in out, name
+        for k, default, doc in cls.parameter_docs():
+            assert f"      {k}=" in out and doc in out, (name, k)
+    assert "pmf_reg=0.1" in out and "solver=sgd" in out and "threads=none" in out
+
+
+def test_help_says_how_paths_are_resolved():
+    out = dpmf("--help").stdout
+    flat = " ".join(out.split())
+    assert "relative to the current folder" in flat and "inside settings.ini is relative to the folder of that file" in flat
+    assert "--debug" in out
+
+
+def test_internal_error_is_one_line_with_a_debug_hint(monkeypatch, capsys):
+    from dpmf_lit import cli
+    def broken(args): raise KeyError("deliberate")
+    monkeypatch.setattr(cli, "cmd_data_list", broken)
+    assert cli.main(["data", "list"]) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == "dpmf: internal error: KeyError: 'deliberate'" and "--debug" in err and "Traceback" not in err
+    assert cli.main(["data", "list", "--debug"]) == 1
+    assert "Traceback" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("exc", [OSError("could not fetch ml-100k; every source failed"), MemoryError(),
+                                 OverflowError("int too large to convert")])
+def test_environment_errors_are_user_errors(exc, monkeypatch, capsys):
+    from dpmf_lit import cli, data
+    def fail(*a, **k): raise exc
+    monkeypatch.setattr(data, "fetch_dataset", fail)
+    assert cli.main(["data", "fetch", "ml-100k"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dpmf: error:") and "Traceback" not in err
+
+
+def test_user_error_is_exit_2(monkeypatch, capsys):
+    from dpmf_lit import cli, data
+    from dpmf_lit.checks import UserError
+    def fail(*a, **k): raise UserError("no network: download ml-100k by hand into data/ml-100k")
+    monkeypatch.setattr(data, "fetch_dataset", fail)
+    assert cli.main(["data", "fetch", "ml-100k"]) == 2
+    assert capsys.readouterr().err == "dpmf: error: no network: download ml-100k by hand into data/ml-100k\n"

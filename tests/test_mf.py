@@ -9,90 +9,57 @@ from dpmf_lit.data import Ratings, load_dataset, random_split, synthetic
 from dpmf_lit.mf import (MECHANISMS, PMF, FittedModel, Mechanism, PrivacyReport, als_sweep, error_cdf, evaluate,
                          gd_step, get_mechanism, mae, mean_error_increase, mf_gradient, prepare_sgd_blocks,
                          register_mechanism, rmse, sgd_epoch, sgd_epoch_parallel, to_csr)
+from dpmf_lit.testing import (als_reference, blocks_visit_order, objective_reference, sgd_reference, small_split,
+                              tiny_problem)
 
 
-# ---------------------------------------------------------------- numpy references
+# ---------------------------------------------------------------- numpy references (dpmf_lit.testing)
 def problem(n_users=40, n_items=25, n=500, d=8, seed=0):
-    rng = np.random.default_rng(seed)
-    flat = rng.choice(n_users * n_items, n, replace=False)
-    user, item = (flat // n_items).astype(np.int32), (flat % n_items).astype(np.int32)
-    rating = rng.integers(1, 6, n).astype(np.float32)
-    P = (0.1 * rng.standard_normal((n_users, d))).astype(np.float32)
-    Q = (0.1 * rng.standard_normal((n_items, d))).astype(np.float32)
-    bu = (0.1 * rng.standard_normal(n_users)).astype(np.float32)
-    bi = (0.1 * rng.standard_normal(n_items)).astype(np.float32)
-    return user, item, rating, P, Q, bu, bi
-
-
-def sgd_ref(user, item, rating, order, P, Q, bu, bi, mu, lr, reg, reg_bias, use_bias):
-    P, Q, bu, bi = (x.astype(np.float64).copy() for x in (P, Q, bu, bi))
-    for k in order:
-        u, i, r = user[k], item[k], rating[k]
-        e = r - (mu + P[u] @ Q[i] + (bu[u] + bi[i] if use_bias else 0.0))
-        if use_bias:
-            bu[u] += lr * (e - reg_bias * bu[u]); bi[i] += lr * (e - reg_bias * bi[i])
-        P[u], Q[i] = P[u] + lr * (e * Q[i] - reg * P[u]), Q[i] + lr * (e * P[u] - reg * Q[i])
-    return P, Q, bu, bi
-
-
-def objective_ref(user, item, rating, P, Q, bu, bi, mu, reg_u, reg_v, reg_bias, use_bias, weighted):
-    P, Q, bu, bi = (x.astype(np.float64) for x in (P, Q, bu, bi))
-    e = rating - (mu + np.einsum("kd,kd->k", P[user], Q[item]) + ((bu[user] + bi[item]) if use_bias else 0))
-    wu = np.bincount(user, minlength=len(P)) if weighted else np.ones(len(P))
-    wi = np.bincount(item, minlength=len(Q)) if weighted else np.ones(len(Q))
-    pen = reg_u * wu @ (P ** 2).sum(1) + reg_v * wi @ (Q ** 2).sum(1)
-    if use_bias: pen += reg_bias * (wu @ bu ** 2 + wi @ bi ** 2)
-    return 0.5 * (e @ e + pen)
-
-
-def visit_order(ptr):
-    G = math.isqrt(len(ptr) - 1)
-    blocks = [g * G + (g + s) % G for s in range(G) for g in range(G)]
-    return np.concatenate([np.arange(ptr[b], ptr[b + 1]) for b in blocks])
+    return tiny_problem(n_users, n_items, n, d, seed, bias_std=0.1)
 
 
 # ---------------------------------------------------------------- SGD
 @pytest.mark.parametrize("use_bias", [True, False])
 def test_sgd_epoch_matches_numpy(use_bias):
-    user, item, rating, P0, Q0, bu0, bi0 = problem()
+    user, item, rating, U0, V0, b0, c0 = problem()
     order = np.random.default_rng(5).permutation(len(user))
-    P, Q, bu, bi = P0.copy(), Q0.copy(), bu0.copy(), bi0.copy()
-    Pr, Qr, bur, bir = P0, Q0, bu0, bi0
+    U, V, b, c = U0.copy(), V0.copy(), b0.copy(), c0.copy()
+    Ur, Vr, br, cr = U0, V0, b0, c0
     for _ in range(3):
-        sse = sgd_epoch(user, item, rating, order, P, Q, bu, bi, 3.5, 0.02, 0.05, 0.01, use_bias)
-        Pr, Qr, bur, bir = sgd_ref(user, item, rating, order, Pr, Qr, bur, bir, 3.5, 0.02, 0.05, 0.01, use_bias)
-    for a, b in ((P, Pr), (Q, Qr), (bu, bur), (bi, bir)):
-        np.testing.assert_allclose(a, b, atol=2e-5)
+        sse = sgd_epoch(user, item, rating, order, U, V, b, c, 3.5, 0.02, 0.05, 0.01, use_bias)
+        Ur, Vr, br, cr = sgd_reference(user, item, rating, order, Ur, Vr, br, cr, 3.5, 0.02, 0.05, 0.01, use_bias)
+    for x, y in ((U, Ur), (V, Vr), (b, br), (c, cr)):
+        np.testing.assert_allclose(x, y, atol=2e-5)
     if not use_bias:
-        np.testing.assert_array_equal(bu, bu0)
+        np.testing.assert_array_equal(b, b0)
     assert sse > 0
 
 
 def test_sgd_epoch_visits_only_order():
-    user, item, rating, P0, Q0, bu0, bi0 = problem()
+    user, item, rating, U0, V0, b0, c0 = problem()
     order = np.arange(10)   # only the first 10 ratings
-    P, Q = P0.copy(), Q0.copy()
-    sgd_epoch(user, item, rating, order, P, Q, bu0.copy(), bi0.copy(), 3.5, 0.02, 0.05, 0.01, True)
-    untouched = np.setdiff1d(np.arange(len(P)), user[:10])
-    np.testing.assert_array_equal(P[untouched], P0[untouched])
-    assert not np.array_equal(P[user[:10]], P0[user[:10]])
+    U, V = U0.copy(), V0.copy()
+    sgd_epoch(user, item, rating, order, U, V, b0.copy(), c0.copy(), 3.5, 0.02, 0.05, 0.01, True)
+    untouched = np.setdiff1d(np.arange(len(U)), user[:10])
+    np.testing.assert_array_equal(U[untouched], U0[untouched])
+    assert not np.array_equal(U[user[:10]], U0[user[:10]])
 
 
 @pytest.mark.parametrize("G", [1, 2, 3, 4])
 def test_blocks_partition_and_strata(G):
     user, item, rating, *_ = problem(n=700)
-    b = prepare_sgd_blocks(user, item, rating, 40, 25, n_threads=G, seed=3)
-    assert b.n_groups == G and b.ptr[0] == 0 and b.ptr[-1] == len(user) and np.all(np.diff(b.ptr) >= 0)
+    grid = prepare_sgd_blocks(user, item, rating, 40, 25, n_threads=G, seed=3)
+    assert grid.n_groups == G and grid.ptr[0] == 0 and grid.ptr[-1] == len(user) and np.all(np.diff(grid.ptr) >= 0)
     # every rating exactly once, with its value
-    assert sorted(zip(b.user.tolist(), b.item.tolist(), b.rating.tolist())) == \
+    assert sorted(zip(grid.user.tolist(), grid.item.tolist(), grid.rating.tolist())) == \
         sorted(zip(user.tolist(), item.tolist(), rating.tolist()))
-    assert b.user.dtype == np.int32 and b.item.dtype == np.int32 and b.rating.dtype == np.float32
+    assert grid.user.dtype == np.int32 and grid.item.dtype == np.int32 and grid.rating.dtype == np.float32
     # each block holds one user group and one item group; blocks of a stratum share no row
     ug, ig = {}, {}
     for blk in range(G * G):
-        sl = slice(b.ptr[blk], b.ptr[blk + 1])
-        for u in b.user[sl]: assert ug.setdefault(u, blk // G) == blk // G
-        for i in b.item[sl]: assert ig.setdefault(i, blk % G) == blk % G
+        sl = slice(grid.ptr[blk], grid.ptr[blk + 1])
+        for u in grid.user[sl]: assert ug.setdefault(u, blk // G) == blk // G
+        for i in grid.item[sl]: assert ig.setdefault(i, blk % G) == blk % G
     # balanced user groups: no group has more than its share plus the largest user
     counts = np.bincount(user, minlength=40)
     loads = np.bincount([ug[u] for u in user], minlength=G)
@@ -101,29 +68,29 @@ def test_blocks_partition_and_strata(G):
 
 def test_blocks_user_layout_groups_users():
     user, item, rating, *_ = problem(n=700)
-    b = prepare_sgd_blocks(user, item, rating, 40, 25, n_threads=2, seed=0, layout="user")
+    grid = prepare_sgd_blocks(user, item, rating, 40, 25, n_threads=2, seed=0, layout="user")
     for blk in range(4):
-        us = b.user[b.ptr[blk]:b.ptr[blk + 1]]
+        us = grid.user[grid.ptr[blk]:grid.ptr[blk + 1]]
         runs = 1 + np.count_nonzero(us[1:] != us[:-1]) if len(us) else 0
         assert runs == len(np.unique(us))   # each user's ratings are consecutive
 
 
 @pytest.mark.parametrize("G", [1, 2, 3])
 def test_sgd_parallel_matches_serial_reference_and_is_deterministic(G):
-    user, item, rating, P0, Q0, bu0, bi0 = problem(n=700)
-    b = prepare_sgd_blocks(user, item, rating, 40, 25, n_threads=G, seed=1)
+    user, item, rating, U0, V0, b0, c0 = problem(n=700)
+    grid = prepare_sgd_blocks(user, item, rating, 40, 25, n_threads=G, seed=1)
     outs = []
     for _ in range(2):
-        P, Q, bu, bi = P0.copy(), Q0.copy(), bu0.copy(), bi0.copy()
-        for _ in range(2): sgd_epoch_parallel(*b, P, Q, bu, bi, 3.5, 0.02, 0.05, 0.01, True)
-        outs.append((P, Q, bu, bi))
-    for a, c in zip(*outs):
-        np.testing.assert_array_equal(a, c)
-    Pr, Qr, bur, bir = P0, Q0, bu0, bi0
+        U, V, b, c = U0.copy(), V0.copy(), b0.copy(), c0.copy()
+        for _ in range(2): sgd_epoch_parallel(*grid, U, V, b, c, 3.5, 0.02, 0.05, 0.01, True)
+        outs.append((U, V, b, c))
+    for x, y in zip(*outs):
+        np.testing.assert_array_equal(x, y)
+    Ur, Vr, br, cr = U0, V0, b0, c0
     for _ in range(2):
-        Pr, Qr, bur, bir = sgd_ref(b.user, b.item, b.rating, visit_order(b.ptr), Pr, Qr, bur, bir, 3.5, 0.02, 0.05, 0.01, True)
-    for a, c in zip(outs[0], (Pr, Qr, bur, bir)):
-        np.testing.assert_allclose(a, c, atol=2e-5)
+        Ur, Vr, br, cr = sgd_reference(grid.user, grid.item, grid.rating, blocks_visit_order(grid.ptr), Ur, Vr, br, cr, 3.5, 0.02, 0.05, 0.01, True)
+    for x, y in zip(outs[0], (Ur, Vr, br, cr)):
+        np.testing.assert_allclose(x, y, atol=2e-5)
 
 
 def test_prepare_blocks_bad_input():
@@ -137,54 +104,45 @@ def test_prepare_blocks_bad_input():
 # ---------------------------------------------------------------- GD and ALS
 @pytest.mark.parametrize("weighted", [True, False])
 def test_gradient_matches_finite_differences(weighted):
-    user, item, rating, P, Q, bu, bi = problem()
+    user, item, rating, U, V, b, c = problem()
     args = (3.5, 0.05, 0.08, 0.02, True, weighted)
-    g = [np.empty_like(x) for x in (P, Q, bu, bi)]
-    E, sse = mf_gradient(user, item, rating, P, Q, bu, bi, *args, *g)
-    assert E == pytest.approx(objective_ref(user, item, rating, P, Q, bu, bi, *args), rel=1e-5)
+    g = [np.empty_like(x) for x in (U, V, b, c)]
+    E, sse = mf_gradient(user, item, rating, U, V, b, c, *args, *g)
+    assert E == pytest.approx(objective_reference(user, item, rating, U, V, b, c, *args), rel=1e-5)
     rng = np.random.default_rng(0)
     for _ in range(3):   # directional derivatives along random directions
-        D = [rng.standard_normal(x.shape) for x in (P, Q, bu, bi)]
+        D = [rng.standard_normal(x.shape) for x in (U, V, b, c)]
         h = 1e-4
-        f = lambda t: objective_ref(user, item, rating, *(x + t * dx for x, dx in zip((P, Q, bu, bi), D)), *args)
+        f = lambda t: objective_reference(user, item, rating, *(x + t * dx for x, dx in zip((U, V, b, c), D)), *args)
         fd = (f(h) - f(-h)) / (2 * h)
         an = sum((gx.astype(np.float64) * dx).sum() for gx, dx in zip(g, D))
         assert fd == pytest.approx(an, rel=1e-3, abs=1e-3)
 
 
 def test_gd_step_decreases_objective_and_respects_sides():
-    user, item, rating, P0, Q0, bu0, bi0 = problem()
-    P, Q, bu, bi = P0.copy(), Q0.copy(), bu0.copy(), bi0.copy()
-    Es = [gd_step(user, item, rating, P, Q, bu, bi, 3.0, 0.01, 0.05, 0.05, 0.02, True, True)[0] for _ in range(20)]
-    assert all(b < a for a, b in zip(Es, Es[1:]))
-    P, Q, bu, bi = P0.copy(), Q0.copy(), bu0.copy(), bi0.copy()
-    gd_step(user, item, rating, P, Q, bu, bi, 3.0, 0.01, 0.05, 0.05, 0.02, True, True, False, True)
-    np.testing.assert_array_equal(P, P0); np.testing.assert_array_equal(bu, bu0)
-    assert not np.array_equal(Q, Q0)
+    user, item, rating, U0, V0, b0, c0 = problem()
+    U, V, b, c = U0.copy(), V0.copy(), b0.copy(), c0.copy()
+    Es = [gd_step(user, item, rating, U, V, b, c, 3.0, 0.01, 0.05, 0.05, 0.02, True, True)[0] for _ in range(20)]
+    assert all(e1 < e0 for e0, e1 in zip(Es, Es[1:]))
+    U, V, b, c = U0.copy(), V0.copy(), b0.copy(), c0.copy()
+    gd_step(user, item, rating, U, V, b, c, 3.0, 0.01, 0.05, 0.05, 0.02, True, True, False, True)
+    np.testing.assert_array_equal(U, U0); np.testing.assert_array_equal(b, b0)
+    assert not np.array_equal(V, V0)
 
 
 @pytest.mark.parametrize("use_bias,weighted", [(True, True), (True, False), (False, True), (False, False)])
 def test_als_sweep_solves_normal_equations(use_bias, weighted):
-    user, item, rating, P0, Q0, bu0, bi0 = problem(n_users=45)   # users 40..44 have no ratings
-    P, bu = P0.copy(), bu0.copy()
-    als_sweep(*to_csr(user, item, rating, 45), P, Q0, bu, bi0, 3.0, 0.1, 0.05, use_bias, weighted)
-    d = Q0.shape[1]
-    for x in range(45):
-        m = user == x
-        if not m.any():
-            assert not P[x].any() and (not use_bias or bu[x] == 0); continue
-        Y = Q0[item[m]].astype(np.float64)
-        t = rating[m] - 3.0 - (bi0[item[m]] if use_bias else 0)
-        w = m.sum() if weighted else 1
-        if use_bias: Y = np.hstack([Y, np.ones((len(Y), 1))])
-        lam = np.full(Y.shape[1], 0.1 * w)
-        if use_bias: lam[-1] = 0.05 * w
-        sol = np.linalg.solve(Y.T @ Y + np.diag(lam), Y.T @ t)
-        np.testing.assert_allclose(P[x], sol[:d], atol=1e-4)
-        if use_bias: assert bu[x] == pytest.approx(sol[-1], abs=1e-4)
+    user, item, rating, U0, V0, b0, c0 = problem(n_users=45)   # users 40..44 have no ratings
+    U, b = U0.copy(), b0.copy()
+    als_sweep(*to_csr(user, item, rating, 45), U, V0, b, c0, 3.0, 0.1, 0.05, use_bias, weighted)
+    Ur, br = als_reference(user, item, rating, U0, V0, b0, c0, 3.0, 0.1, 0.05, use_bias, weighted)
+    np.testing.assert_allclose(U, Ur, atol=1e-4)
+    np.testing.assert_allclose(b, br, atol=1e-4)
+    empty = np.bincount(user, minlength=45) == 0
+    assert not U[empty].any() and (not use_bias or not b[empty].any())   # users without ratings get zeros
     # an exact block minimisation never increases the objective
     args = (3.0, 0.1, 0.1, 0.05, use_bias, weighted)
-    assert objective_ref(user, item, rating, P, Q0, bu, bi0, *args) <= objective_ref(user, item, rating, P0, Q0, bu0, bi0, *args)
+    assert objective_reference(user, item, rating, U, V0, b, c0, *args) <= objective_reference(user, item, rating, U0, V0, b0, c0, *args)
 
 
 def test_to_csr():
@@ -221,8 +179,7 @@ def test_metrics_bad_input():
 # ---------------------------------------------------------------- mechanism interface
 @pytest.fixture(scope="module")
 def small():
-    r = synthetic(300, 200, 12000, rank=5, noise=0.3, seed=1)
-    return random_split(r, 0.2, seed=0)
+    return small_split()
 
 
 def test_registry():
@@ -341,3 +298,40 @@ def test_error_summary_matches_direct_computation():
     assert error_summary(y, yhat, digits=2)["rmse"] == round(s["rmse"], 2)
     with pytest.raises(ValueError, match="same shape"):
         error_summary(y, yhat[:-1])
+
+
+# ---------------------------------------------------------------- the fit reports what ran, refuses what cannot run
+def test_report_shows_the_values_that_ran(small):
+    import numba
+    train, _ = small
+    p = PMF(d=4, epochs=2, threads=64).fit(train).params
+    assert {k: p[k] for k in ("epochs", "lr", "lr_decay", "reg_bias")} == {"epochs": 2, "lr": 0.01, "lr_decay": 0.98, "reg_bias": 0.08}
+    assert p["threads"] == min(64, numba.config.NUMBA_NUM_THREADS) and p["blocks"] == 64
+    assert PMF(d=4, epochs=2, solver="als", reg=0.1).fit(train).params["lr"] is None   # ALS has no step
+    assert PMF(d=4, epochs=2, solver="gd", threads=2).fit(train).params["threads"] == 1  # the GD kernel is serial
+
+
+def test_blocks_fix_the_result_whatever_the_threads(small):
+    train, _ = small
+    a = PMF(d=4, epochs=3, threads=1, blocks=3).fit(train)
+    b = PMF(d=4, epochs=3, threads=3).fit(train)
+    np.testing.assert_array_equal(a.U, b.U)
+
+
+@pytest.mark.parametrize("kw,msg", [(dict(bias="no"), "bias='no' must be True or False"), (dict(bias=1), "bias=1"),
+                                    (dict(lr=True), "lr=True"), (dict(reg="abc"), "reg='abc' must be a number"),
+                                    (dict(d=np.int64(0)), "d=0 must"), (dict(blocks=0), "blocks=0")])
+def test_pmf_refuses_coercions(kw, msg):
+    with pytest.raises(ValueError, match=msg.replace("(", r"\(")): PMF(**kw)
+
+
+def test_diverging_fit_says_to_lower_lr(small):
+    train, _ = small
+    with pytest.raises(ValueError, match=r"PMF diverged at epoch \d+ \(lr=5.0, solver='sgd'\): lower lr"):
+        PMF(d=8, epochs=30, lr=5.0).fit(train)
+
+
+def test_factors_that_cannot_fit_in_memory_are_refused_before_allocating(small):
+    train, _ = small
+    with pytest.raises(ValueError, match=r"pmf with d=100000000000 on 300 users x 200 items needs about .* more than the .* available; lower d"):
+        PMF(d=10 ** 11).fit(train)

@@ -1,0 +1,208 @@
+"""What every registered mechanism must do, checked on every mechanism the package registers
+(found by `dpmf_lit.mechanism.mechanisms()`, so a new paper's mechanism is covered without editing
+this file), and a throw-away mechanism module that proves the discovery path end to end."""
+import inspect, json, math, os, subprocess, sys, uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dpmf_lit
+from dpmf_lit.mechanism import FittedModel, Mechanism, PrivacyReport, mechanisms
+from dpmf_lit.testing import small_split
+
+MECHANISMS = mechanisms()
+NAMES = sorted(MECHANISMS)
+
+
+@pytest.fixture(scope="module")
+def split():
+    return small_split()
+
+
+def build(name, **kw):
+    "The mechanism `name` with its small test parameters, overridden by `kw`."
+    cls = MECHANISMS[name]
+    return cls(**{**cls.test_params, **kw})
+
+
+def annotation(cls, k) -> str:
+    a = inspect.signature(cls.__init__).parameters[k].annotation
+    return a if isinstance(a, str) else getattr(a, "__name__", str(a))
+
+
+def test_the_package_mechanisms_are_found():
+    assert {"pmf", "hua", "hua-protocol"} <= set(NAMES)
+    for name, cls in MECHANISMS.items():
+        assert issubclass(cls, Mechanism) and cls.name == name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_parameters_are_documented_in_the_signature(name):
+    cls = MECHANISMS[name]
+    assert inspect.getdoc(cls) and inspect.getdoc(cls) != inspect.getdoc(Mechanism), f"{name}: no class docstring"
+    docs = cls.parameter_docs()
+    assert docs and [k for k, _, _ in docs] == cls.parameter_names()
+    missing = [k for k, _, doc in docs if not doc]
+    assert not missing, f"{name}: parameters without a comment in the signature: {missing}"
+    assert set(cls.test_params) <= set(cls.parameter_names())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fit_and_predict(name, split):
+    train, test = split
+    fit = build(name).fit(train)
+    assert isinstance(fit, FittedModel) and fit.mechanism == name and fit.fit_seconds > 0
+    assert fit.U.shape == (train.n_users, fit.d) and fit.V.shape == (train.n_items, fit.d)
+    assert fit.U.dtype == np.float32 and fit.V.dtype == np.float32
+    assert set(fit.params) >= set(MECHANISMS[name].parameter_names())
+    p = fit.predict(test.user, test.item)
+    assert p.shape == (len(test),) and p.dtype == np.float32 and np.isfinite(p).all()
+    assert p.min() >= train.rating_min and p.max() <= train.rating_max   # FittedModel clips to the rating range
+    out = fit.predict(test.user[:0], test.item[:0])
+    assert out.shape == (0,)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_same_seed_same_numbers_other_seed_other_numbers(name, split):
+    train, _ = split
+    a, b = build(name).fit(train), build(name).fit(train)
+    for x, y in ((a.U, b.U), (a.V, b.V), (a.user_bias, b.user_bias), (a.item_bias, b.item_bias)):
+        if x is None: assert y is None
+        else: np.testing.assert_array_equal(x, y)
+    if "seed" in MECHANISMS[name].parameter_names():
+        c = build(name, seed=build(name).seed + 1).fit(train)
+        assert not (np.array_equal(a.U, c.U) and np.array_equal(a.V, c.V)), f"{name}: seed changes nothing"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_privacy_report(name, split):
+    train, _ = split
+    rep = build(name).fit(train).privacy
+    assert isinstance(rep, PrivacyReport)
+    d = rep.to_dict()
+    assert {"released", "unit", "epsilon", "delta", "method", "scope", "summary"} <= set(d)
+    assert rep.released and set(rep.released) <= {"U", "V"}
+    if rep.private:
+        assert isinstance(rep.unit, str) and rep.unit and rep.method and rep.method != "non-private"
+        assert math.isfinite(rep.epsilon) and rep.epsilon > 0 and rep.delta is not None and 0 <= rep.delta < 1
+        assert rep.scope.strip() and rep.scope.strip().rstrip(".") in rep.summary()
+        assert rep.summary().startswith(rep.guarantee())
+        json.dumps(d)
+    else:
+        assert rep.epsilon is None and rep.delta is None and rep.unit is None and rep.summary().startswith("non-private")
+
+
+def bad_values(cls):
+    "(parameter, bad value) pairs derived from each parameter's type annotation."
+    out = []
+    for k in cls.parameter_names():
+        a = annotation(cls, k)
+        if "bool" in a: out += [(k, "no"), (k, 1)]
+        elif "float" in a: out += [(k, float("nan")), (k, "abc"), (k, True), (k, float("inf"))]
+        elif "int" in a: out += [(k, "abc"), (k, True), (k, 2.5)]
+        elif "str" in a: out += [(k, "no-such-choice"), (k, 3)]
+    if "epsilon" in cls.parameter_names(): out += [("epsilon", 0), ("epsilon", -1.0)]
+    return out
+
+
+@pytest.mark.parametrize("name, key, value", [(n, k, v) for n in NAMES for k, v in bad_values(MECHANISMS[n])],
+                         ids=lambda x: repr(x) if not isinstance(x, str) else x)
+def test_bad_parameters_are_refused_by_name(name, key, value):
+    with pytest.raises(ValueError) as e:
+        build(name, **{key: value})
+    shown = repr(value.item() if isinstance(value, np.generic) else value)
+    assert f"{key}={shown}" in str(e.value), str(e.value)
+    assert "np." not in str(e.value)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_unknown_parameter_is_refused_by_name(name):
+    with pytest.raises(ValueError, match=r"colour='red'.*no parameter 'colour'; known: "):
+        build(name, colour="red")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bad_training_data(name, split):
+    train, _ = split
+    with pytest.raises(ValueError, match="Ratings"): build(name).fit(np.zeros((3, 3)))
+    with pytest.raises(ValueError, match="empty"): build(name).fit(train.take(np.zeros(len(train), bool)))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_tiny_epsilon_never_gives_a_nan_model(name, split):
+    "An ε so small that the noise overflows is a ValueError naming a parameter to change, or a finite model; never NaN."
+    names = MECHANISMS[name].parameter_names()
+    if "epsilon" not in names: pytest.skip(f"{name} has no epsilon")
+    train, test = split
+    for eps in (1e-300, 1e-320):
+        try: fit = build(name, epsilon=eps).fit(train)
+        except ValueError as e:
+            assert any(f"{k}=" in str(e) for k in names), str(e)
+            continue
+        assert np.isfinite(fit.U).all() and np.isfinite(fit.V).all() and np.isfinite(fit.predict(test.user, test.item)).all()
+
+
+# ---------------------------------------------------------------- a new mechanism module, discovered
+
+TEMPLATE = '''"""A throw-away mechanism written by tests/test_mechanisms.py (removed when the test ends)."""
+import numpy as np
+from dpmf_lit.checks import check_int, check_positive
+from dpmf_lit.mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
+
+@register_mechanism("{name}")
+class ThrowAway(Mechanism):
+    "Every rating predicted by the training mean plus Laplace noise (a test of the discovery path)."
+    test_params = dict(epsilon=2.0)
+    overflow_hint = "raise epsilon={{epsilon}}"
+
+    def __init__(self, epsilon: float = 1.0,   # epsilon per rating of the released mean
+                 seed: int = 0):                # seed of the Laplace draw
+        self.epsilon, self.seed = check_positive("epsilon", epsilon), check_int("seed", seed, 0)
+
+    def _fit(self, train, progress=False):
+        scale = (train.rating_max - train.rating_min) / (len(train) * self.epsilon)
+        mean = float(train.rating.mean()) + self.rng().laplace(0.0, scale)
+        return Factors(U=np.ones((train.n_users, 1)), V=np.full((train.n_items, 1), mean),
+                       privacy=PrivacyReport(released=("V",), unit="rating", epsilon=self.epsilon, delta=0.0,
+                                             method="Laplace mechanism", scope="for the released mean, n public"))
+'''
+
+
+def _git_status(root):
+    p = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=root, capture_output=True, text=True)
+    return p.stdout.splitlines() if p.returncode == 0 else None
+
+
+def test_a_new_mechanism_module_is_fitted_listed_and_tested(tmp_path):
+    "A module added to the package with @register_mechanism is found by the CLI, its help and the tests above."
+    pkg = Path(dpmf_lit.__file__).parent
+    if not os.access(pkg, os.W_OK): pytest.skip(f"the package folder {pkg} is not writable")
+    tag = uuid.uuid4().hex[:8]
+    name, module = f"tmp-{tag}", pkg / f"_tmp_mech_{tag}.py"
+    root = pkg.parent
+    before = _git_status(root)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    dpmf = Path(sys.executable).parent / "dpmf"
+    cli = [str(dpmf)] if dpmf.exists() else [sys.executable, "-c", "import sys; from dpmf_lit.cli import main; sys.exit(main())"]
+    run = lambda args, **kw: subprocess.run(args, capture_output=True, text=True, timeout=600, env=env, **kw)
+    try:
+        module.write_text(TEMPLATE.format(name=name))
+        if before is not None:   # nothing but the new module changed in the clone
+            assert sorted(set(_git_status(root)) - set(before)) == [f"?? {module.relative_to(root).as_posix()}"]
+        fit = run(cli + ["fit", name, "--dataset", "synthetic:n_users=100,n_items=50,n_ratings=2000", "--json"])
+        assert fit.returncode == 0, fit.stderr
+        rep = json.loads(fit.stdout)
+        assert rep["mechanism"] == name and rep["privacy"]["epsilon"] == 1.0 and "scope: for the released mean" in rep["privacy"]["summary"]
+        help_ = run(cli + ["fit", "--help"])
+        assert help_.returncode == 0 and f"  {name}: Every rating predicted" in help_.stdout
+        assert "epsilon per rating of the released mean" in help_.stdout
+        tests = run([sys.executable, "-m", "pytest", __file__, "-v", "-k", name, "-p", "no:cacheprovider"], cwd=root)
+        assert tests.returncode == 0, tests.stdout[-3000:]
+        for test in ("test_fit_and_predict", "test_same_seed_same_numbers_other_seed_other_numbers", "test_privacy_report",
+                     "test_bad_parameters_are_refused_by_name", "test_a_tiny_epsilon_never_gives_a_nan_model"):
+            assert f"{test}[{name}" in tests.stdout and "PASSED" in tests.stdout, (test, tests.stdout[-3000:])
+    finally:
+        module.unlink(missing_ok=True)
+        for cached in (pkg / "__pycache__").glob(f"_tmp_mech_{tag}.*"): cached.unlink(missing_ok=True)
+    assert before is None or _git_status(root) == before
