@@ -191,9 +191,11 @@ def _jit_state(fn) -> str:
 
 # %% ../nbs/91_bench.ipynb #ba7f2572
 def _tiny_problem():
+    "A 3-rating problem (from `dpmf_lit.testing`) that compiles the kernels without timing real work."
     from types import SimpleNamespace
-    return SimpleNamespace(user=np.array([0, 1, 1], np.int32), item=np.array([0, 0, 1], np.int32),
-                           rating=np.array([1, 2, 3], np.float32), n_users=2, n_items=2)
+    from dpmf_lit.testing import tiny_problem
+    user, item, rating, *_ = tiny_problem(n_users=2, n_items=2, n=3, d=1)
+    return SimpleNamespace(user=user, item=item, rating=rating, n_users=2, n_items=2)
 
 def _dpmf_setup(kernel: str, r, threads: int, seed: int, layout: str = "random"):
     "One-off work before the epochs: a shuffled order (serial, as `PMF.fit` draws each epoch) or the block grid (parallel)."

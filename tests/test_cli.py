@@ -137,7 +137,7 @@ def test_reproduce_failure_exit_status(tmp_path):
     p = dpmf("reproduce", "--profile", "smoke", "--no-progress", "--figures-dir", tmp_path / "f", "--build-dir", tmp_path / "b",
              env={"DPMF_MANIFEST": str(tmp_path / "manifest.json")})
     assert p.returncode == 1, p.stdout + p.stderr
-    assert "FAILED" in p.stdout and "deliberately broken experiment" in p.stdout and str(tmp_path / "b" / "smoke" / "broken.log") in p.stdout
+    assert "FAILED" in p.stdout and "deliberately broken experiment" in p.stdout and str(tmp_path / "b" / "smoke" / "broken.failed.log") in p.stdout
     assert "1 entry failed: broken" in p.stderr
     assert not (tmp_path / "f" / "p").exists() and not (tmp_path / "f" / "results.json").exists()
 

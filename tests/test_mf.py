@@ -268,7 +268,7 @@ def test_pmf_valid_history(small):
 
 # ---------------------------------------------------------------- the acceptance target
 def test_pmf_defaults_reach_target_on_ml100k():
-    """Issue 2, section 3: tuned PMF() defaults reach test RMSE <= 0.915 on ML-100K, random 80/20 split, seed 0."""
+    """Tuned PMF() defaults reach test RMSE <= 0.915 on ML-100K, random 80/20 split, seed 0."""
     r = load_dataset("ml-100k")
     train, test = random_split(r, 0.2, seed=0)
     res = evaluate(PMF().fit(train), test)
