@@ -200,7 +200,7 @@ def _locator(parts: list, netflix: bool = False) -> Callable[[int], str]:
         return f"line {skipped + _record_line(_file_bytes(path), start, k - (ends[f] - rows), netflix)} of {path}"
     return locate
 
-# %% ../nbs/00c_formats.ipynb #8b8fc172
+# %% ../nbs/00c_formats.ipynb #2e05b08a
 _TABLE_ERRORS = {3: "{what} id {field!r} is not an integer", 4: "{what} id {field} is outside the supported range of ids " + ID_RANGE,
                  5: "rating {field!r} is not a number", 6: "rating {field!r} has too many digits (at most 15 significant, 22 decimals)",
                  8: "field {col} ({field!r}) is not an integer within int64"}
@@ -217,6 +217,11 @@ def _table_error(path, fmt: TableFormat, buf, info) -> str:
     else: why = _TABLE_ERRORS[code].format(what="user" if col == fmt.fields[0] else "item", field=field, col=col + 1)
     return f"{path}: line {line}: malformed line ({why}): {text[:80]!r}"
 
+@njit(cache=True)
+def _line_end(buf, pos) -> int:
+    while pos < buf.shape[0] and buf[pos] != 10: pos += 1
+    return pos
+
 def _skip_bom(buf) -> int:
     return 3 if buf.shape[0] >= 3 and bytes(buf[:3]) == b"\xef\xbb\xbf" else 0
 
@@ -224,8 +229,7 @@ def _after_header(buf, fmt: TableFormat, path) -> tuple[int, int]:
     "(offset, number) of the first line after the header; the whole buffer if it holds only white space."
     start = _skip_bom(buf)
     if fmt.header is None: return start, 0
-    head = bytes(buf[start:start + 4096])                          # a header is short
-    end = start + (head.find(b"\n") if b"\n" in head else len(head))
+    end = _line_end(buf, start)
     first = bytes(buf[start:end]).decode("utf-8", "replace").strip()
     if not first and _record_line(buf, start, 0, False) < 0: return buf.shape[0], 1   # only white space
     if first.lower() != fmt.header.lower():
