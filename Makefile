@@ -7,12 +7,13 @@ CONSTRAINTS := .ci/constraints.txt
 PROFILE ?= quick
 JOBS    ?= 1
 
-.PHONY: install reproduce test test-fast docs preview export clean-nbs bench lock help
+.PHONY: install reproduce test test-fast docs preview readme export clean-nbs bench lock help
 help:
 	@echo "make reproduce   create .venv, install, fetch MovieLens 100K, regenerate every figure (PROFILE=$(PROFILE))"
 	@echo "make test        create .venv if needed, install, run every test"
-	@echo "make docs        render the Quarto site (needs the quarto binary)"
-	@echo "make preview     offline HTML preview of the processed notebooks (no Quarto needed)"
+	@echo "make docs        process and check the notebooks, render the site with Quarto where it is installed"
+	@echo "make preview     the site as offline HTML in site-preview/, math typeset by a local MathJax (no Quarto needed)"
+	@echo "make readme      regenerate README.md from nbs/index.ipynb (a test fails when they differ)"
 	@echo "make bench       rating updates per second against Surprise and libmf"
 
 $(BIN)/python:
@@ -46,16 +47,16 @@ export: install
 	$(BIN)/nbdev-export
 	$(BIN)/nbdev-clean
 
+# Never nbdev-proc-nbs/nbdev-docs here: without Quarto they try to download and install it with sudo.
 docs: install
-	$(BIN)/nbdev-proc-nbs
-	@if command -v quarto >/dev/null 2>&1; then cd _proc && quarto render; \
-	else echo "Quarto is not installed, so the site was not rendered. The processed notebooks are in _proc/."; \
-	     echo "Install Quarto from https://quarto.org/docs/get-started/ (or 'nbdev-install-quarto'), then run 'make docs' again."; \
-	     echo "For an offline preview without Quarto: make preview"; fi
+	$(BIN)/python -m dpmf_lit.site --docs
 
 preview: install
 	$(BIN)/python -m dpmf_lit.site --preview site-preview
 	@echo "open site-preview/index.html"
+
+readme: install
+	$(BIN)/python -m dpmf_lit.site --readme
 
 lock:
 	{ echo "# Tested versions of every dependency (CPython 3.11, Linux x86_64). Used by 'make install' as pip constraints."; \

@@ -15,6 +15,7 @@ from numba import njit, prange
 from tqdm.auto import tqdm
 from . import data as dpdata
 from . import mf as dpmf
+from . import checks
 
 # %% auto #0
 __all__ = ['ENGINES', 'DPMF_ENGINES', 'DATASETS', 'NETFLIX_SHAPE', 'QUICK_SHAPE', 'EPOCHS_REPEATS', 'TARGETS', 'bench_dataset',
@@ -99,7 +100,7 @@ def _touch_rows_parallel(M, rows, n_chunks):
             r = rows[t]
             for f in range(d): M[r, f] = M[r, f] * np.float32(0.999) + np.float32(1e-3)
 
-# %% ../nbs/91_bench.ipynb #a378fbc4
+# %% ../nbs/91_bench.ipynb #e42dd06b
 def _cpu_times():
     "(busy, steal, total) jiffies of all CPUs from /proc/stat, or None where unavailable."
     try: f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -119,6 +120,7 @@ def _best_time(fn, repeats: int) -> float:
         t0 = time.perf_counter(); fn(); best = min(best, time.perf_counter() - t0)
     return best
 
+# %% ../nbs/91_bench.ipynb #0f350d8f
 def stream_bandwidth(threads: int = 1, n_bytes: int = 256 * 2**20, repeats: int = 3) -> float:
     "Copy bandwidth in GB/s (bytes read + written per second) of an `n_bytes` float32 array."
     src = np.ones(n_bytes // 4, np.float32); dst = np.empty_like(src)
@@ -322,7 +324,69 @@ def _bench_surprise(r, d: int, epochs: int, repeats: int, trainset, lr: float = 
     return dict(engine="surprise-svd", threads=1, **timing, compile_seconds=0.0,
                 train_rmse_sample=_sample_rmse(r, predict, n=5_000))
 
-# %% ../nbs/91_bench.ipynb #525655df
+def _surprise_row(r, d: int, epochs: int, repeats: int, seed: int, max_ratings: int) -> dict:
+    "Surprise's row: its trainset from `r` (or a uniform subsample of `max_ratings`), built untimed, then `_bench_surprise`."
+    sub = r if len(r) <= max_ratings else r.take(np.sort(np.random.default_rng(seed).choice(len(r), max_ratings, replace=False)))
+    t0 = time.perf_counter(); trainset = _surprise_trainset(sub); trainset_s = time.perf_counter() - t0
+    row = _bench_surprise(sub, d, epochs, repeats, trainset, seed=seed)
+    row.update(n_ratings=len(sub), trainset_seconds=trainset_s,
+               subsample=None if sub is r else f"uniform random {len(sub):,} of {len(r):,} ratings (seed {seed})")
+    return row
+
+# %% ../nbs/91_bench.ipynb #6faf1861
+_HANG_RETRIES = 1   # extra tries for a reference-engine row that hung
+
+def _reference_child(conn, engine: str, r, d: int, threads: int, epochs: int, repeats: int, seed: int, max_ratings: int):
+    "In the child: run one reference-engine row, send `('ok', row)` or `('error', message)`."
+    try:
+        row = (_bench_libmf(r, d, threads, epochs, repeats) if engine == "libmf"
+               else _surprise_row(r, d, epochs, repeats, seed, max_ratings))
+        conn.send(("ok", row))
+    except BaseException as e:
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+    finally: conn.close()
+
+def _run_isolated(target, args: tuple, timeout: float) -> tuple:
+    "`target(conn, *args)` in a child process: `('ok', row)`, `('error', message)` or `('timeout', seconds)`; the child never outlives the call."
+    import multiprocessing as mp
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=target, args=(send, *args), daemon=True)
+    child.start(); send.close()
+    try:
+        if not recv.poll(timeout): return ("timeout", timeout)
+        try: return recv.recv()
+        except EOFError:
+            child.join(10)
+            return ("error", f"the child process died without a result (exit code {child.exitcode})")
+    finally:
+        if child.is_alive(): child.kill()
+        child.join(10); recv.close()
+
+# %% ../nbs/91_bench.ipynb #80ec22f8
+def _row_timeout(engine: str, n: int, d: int, epochs: int, repeats: int, max_ratings: int) -> float:
+    "Seconds one reference-engine row may take: 30 s plus 0.15 µs per update and factor (ten times a slow engine)."
+    n_fit = min(n, max_ratings) if engine == "surprise-svd" else n
+    return 30.0 + 1.5e-7 * n_fit * (epochs + 1) * repeats * max(d, 16) + 5e-6 * n_fit
+
+def _reference_row(engine: str, r, d: int, threads: int, epochs: int, repeats: int, seed: int,
+                   max_ratings: int, timeout: float | None = None) -> dict:
+    "One Surprise or LIBMF row, run in a child process; a hang (after one more try), crash or error gives a failed row."
+    limit = timeout if timeout is not None else _row_timeout(engine, len(r), d, epochs, repeats, max_ratings)
+    args = (engine, r, d, threads, epochs, repeats, seed, max_ratings)
+    for attempt in range(1, _HANG_RETRIES + 2):
+        status, value = _run_isolated(_reference_child, args, limit)
+        if status == "ok":
+            if attempt > 1: value["note"] = f"hung {attempt - 1}x (no result in {limit:.0f} s): killed and rerun"
+            return {**value, "attempts": attempt}
+        if status == "error": break
+    error = (value if status == "error" else
+             f"no result in {limit:.0f} s on {attempt} tries, killed (a hang; LIBMF's scheduler can deadlock, see the bench notebook)")
+    warnings.warn(f"{engine} d={d} threads={threads} failed: {error}")
+    return dict(engine=engine, threads=threads, error=error, attempts=attempt, updates_per_s=None, seconds=None,
+                compile_seconds=None, train_rmse_sample=None)
+
+# %% ../nbs/91_bench.ipynb #ab9b3078
 def _engine_available(engine: str) -> str | None:
     "None if the engine can run, else the reason it cannot."
     mod = {"surprise-svd": "surprise", "libmf": "libmf"}.get(engine)
@@ -334,23 +398,28 @@ def _engine_available(engine: str) -> str | None:
         return f"engine {engine!r} skipped: package {'scikit-surprise' if mod == 'surprise' else mod!r} is not installed ({e}); pip install 'dpmf-lit[bench]'"
     return None
 
-def _check_args(datasets, ds, engines, threads, epochs, repeats, surprise_max_ratings):
+def _runnable(engines) -> list:
+    "The engines whose package is installed; a warning names the package of each one left out."
+    out = []
     for e in engines:
-        if e not in ENGINES: raise ValueError(f"engines contains {e!r}; known engines: {ENGINES}")
-    for d in ds:
-        if not (isinstance(d, (int, np.integer)) and d >= 1): raise ValueError(f"d={d!r} must be an integer >= 1")
-    for t in threads:
-        if not (isinstance(t, (int, np.integer)) and 1 <= t <= numba.config.NUMBA_NUM_THREADS):
-            raise ValueError(f"threads={t!r} must be an integer in [1, {numba.config.NUMBA_NUM_THREADS}]")
-    if epochs is not None and not (isinstance(epochs, (int, np.integer)) and epochs >= 2):
-        raise ValueError(f"epochs={epochs!r} must be an integer >= 2 (Surprise and LIBMF are timed by the marginal E-vs-1-epoch difference)")
-    if repeats is not None and not (isinstance(repeats, (int, np.integer)) and repeats >= 1):
-        raise ValueError(f"repeats={repeats!r} must be an integer >= 1")
-    if not (isinstance(surprise_max_ratings, (int, np.integer)) and surprise_max_ratings >= 1):
-        raise ValueError(f"surprise_max_ratings={surprise_max_ratings!r} must be an integer >= 1")
+        reason = _engine_available(e)
+        if reason: warnings.warn(reason)
+        else: out.append(e)
+    return out
+
+# %% ../nbs/91_bench.ipynb #2370add7
+def _check_args(datasets, ds, engines, threads, epochs, repeats, surprise_max_ratings, engine_timeout, seed):
+    for e in engines: checks.check_choice("engines", e, ENGINES)
+    for d in ds: checks.check_int("d", d, low=1)
+    for t in threads: checks.check_int("threads", t, low=1, high=numba.config.NUMBA_NUM_THREADS)
+    checks.check_int("epochs", epochs, low=2, allow_none=True)   # Surprise and LIBMF are timed by the E-vs-1-epoch difference
+    checks.check_int("repeats", repeats, low=1, allow_none=True)
+    checks.check_int("surprise_max_ratings", surprise_max_ratings, low=1)
+    checks.check_positive("engine_timeout", engine_timeout, allow_none=True)
+    checks.check_seed("seed", seed)
     for name in datasets:
         if isinstance(name, str) and name not in (*DATASETS, "quick") and name not in _known_dataset_names():
-            raise ValueError(f"datasets contains {name!r}; use one of {(*DATASETS, 'quick')}, a loader name, or a Ratings object")
+            raise ValueError(f"datasets contains {checks.show(name)}; use one of {(*DATASETS, 'quick')}, a loader name, or a Ratings object")
 
 def _known_dataset_names():
     with contextlib.suppress(Exception):
@@ -364,79 +433,79 @@ def _epochs_repeats(r, name, epochs, repeats, quick):
     return epochs or E, repeats or R
 
 # %% ../nbs/91_bench.ipynb #17e6e15a
-def run_bench(datasets=DATASETS, ds=(16, 64, 128), engines=ENGINES, threads=None, epochs: int | None = None,
-              repeats: int | None = None, quick: bool = False, surprise_max_ratings: int = 1_000_000,
-              limits: bool = True, dpmf_layout: str | None = None, seed: int = 0, progress: bool = True) -> list[dict]:
-    """Measure rating updates per second of every engine in `engines` on every data set, rank d and
-    thread count; return one dict per (engine, dataset, d, threads).
+def _machine_limits(r, d: int, threads: tuple, seed: int) -> dict:
+    "Per thread count: stream bandwidth, random-row rate on a P-shaped matrix, pure-compute scaling."
+    return {t: dict(stream_gb_per_s=stream_bandwidth(t),
+                    random_rows_per_s=random_row_rate(r.n_users, d, t, n_touch=min(len(r), 2_000_000), seed=seed),
+                    compute_scaling=compute_scaling(t) if t > 1 else 1.0) for t in threads}
 
-    `datasets`: names ('ml-100k', 'synthetic-netflix', 'quick', or any `load_dataset` name) or `Ratings`.
-    `threads`: thread counts (default: 1 and all cores numba sees). `epochs`/`repeats`: override the
-    per-data-set defaults (`EPOCHS_REPEATS`). `quick=True`: the small synthetic 'quick' set, d=(8,),
-    2 epochs, 1 repeat, no limit measurements (for tests). `limits`: also measure the stream bandwidth and
-    random-row rate and attach them to the dpmf rows. `dpmf_layout`: the order of ratings inside a block
-    of the parallel kernel ('random' or 'user'; default: `PMF`'s default layout, i.e. what `PMF.fit` runs). Engines whose package is missing
-    are skipped with a warning naming the package."""
+def _bench_cell(e: str, r, d: int, t: int, E: int, R: int, lim: dict, seed: int, layout: str,
+                surprise_max_ratings: int, engine_timeout: float | None) -> dict:
+    "One row: engine `e` on `r` at rank `d` with `t` threads (dpmf in this process, the others in a child)."
+    if e not in DPMF_ENGINES: return _reference_row(e, r, d, t, E, R, seed, surprise_max_ratings, engine_timeout)
+    row = _bench_dpmf(r, d, t, E, R, kernel="serial" if e == "dpmf-sgd" else "parallel", seed=seed, layout=layout)
+    row.update(bytes_per_update=16 * d + 12, gb_per_s=row["updates_per_s"] * (16 * d + 12) / 1e9, **lim.get(t, {}))
+    return row
+
+# %% ../nbs/91_bench.ipynb #9121b30d
+def _dataset_rows(r, name: str, E: int, R: int, ds: tuple, engines: list, threads: tuple, bar, limits: bool,
+                  seed: int, layout: str, surprise_max_ratings: int, engine_timeout: float | None) -> list[dict]:
+    "Every (d, engine, threads) row of one data set `r`, machine limits first."
+    rows = []
+    for d in ds:
+        bar.set_postfix_str(f"{name} d={d} machine limits")
+        lim = _machine_limits(r, d, threads, seed) if limits and any(e in engines for e in DPMF_ENGINES) else {}
+        for e in engines:
+            for t in _threads_for(e, threads):
+                bar.set_postfix_str(f"{name} d={d} {e} threads={t}")
+                before = _cpu_times()
+                row = _bench_cell(e, r, d, t, E, R, lim, seed, layout, surprise_max_ratings, engine_timeout)
+                row.update(machine_load(before, _cpu_times()), loadavg_1min=os.getloadavg()[0])
+                rows.append({**dict(dataset=name, d=d, epochs=E, repeats=R, n_ratings=len(r), n_users=r.n_users,
+                                    n_items=r.n_items), **row})
+                bar.update(1)
+    return rows
+
+def _threads_for(engine: str, threads: tuple) -> list:
+    "Thread counts an engine runs at: one for the single-threaded ones, all of `threads` for the others."
+    return [t for t in threads if t == 1] if engine in ("dpmf-sgd", "surprise-svd") else list(threads)
+
+# %% ../nbs/91_bench.ipynb #c83572ef
+def run_bench(datasets=DATASETS,  # names ('ml-100k', 'synthetic-netflix', 'quick', any `load_dataset` name) or `Ratings`
+              ds=(16, 64, 128),  # ranks d
+              engines=ENGINES,  # engines to time; one whose package is missing is skipped with a warning naming it
+              threads=None,  # thread counts (default: 1 and all cores numba sees)
+              epochs: int | None = None,  # epochs per timed fit, at least 2 (default: `EPOCHS_REPEATS` of the data set)
+              repeats: int | None = None,  # timed repeats, the best kept (default: `EPOCHS_REPEATS` of the data set)
+              quick: bool = False,  # the small synthetic 'quick' set, d = 8, 2 epochs, 1 repeat, no limits (for tests)
+              surprise_max_ratings: int = 1_000_000,  # Surprise runs on a uniform subsample of at most this many ratings
+              limits: bool = True,  # also measure stream bandwidth, random-row rate and compute scaling
+              dpmf_layout: str | None = None,  # order inside a block of the parallel kernel, 'random' or 'user' (default: `PMF`'s)
+              seed: int = 0,  # seed of the synthetic data, the factors and the Surprise subsample
+              progress: bool = True,  # draw a progress bar
+              engine_timeout: float | None = None,  # seconds a Surprise/LIBMF row may take (default: from its size, see above)
+              ) -> list[dict]:
+    """Rating updates per second of every engine on every data set, rank d and thread count: one dict per
+    (engine, dataset, d, threads). A Surprise or LIBMF row that hangs or fails comes back with an `error`."""
     if quick:
         datasets = ("quick",) if datasets == DATASETS else datasets
         ds = (8,) if ds == (16, 64, 128) else ds
         limits = False
     datasets, ds, engines = tuple(datasets), tuple(ds), tuple(engines)
-    all_threads = numba.config.NUMBA_NUM_THREADS
-    threads = tuple(sorted(set(threads))) if threads is not None else tuple(sorted({1, all_threads}))
-    _check_args(datasets, ds, engines, threads, epochs, repeats, surprise_max_ratings)
-    dpmf_layout = dpmf.PMF().layout if dpmf_layout is None else dpmf_layout  # default: as PMF.fit runs
-    if dpmf_layout not in ("random", "user"): raise ValueError(f"dpmf_layout={dpmf_layout!r} must be 'random' or 'user'")
-    runnable = []
-    for e in engines:
-        reason = _engine_available(e)
-        if reason: warnings.warn(reason)
-        else: runnable.append(e)
-    def cells_for(e):
-        if e == "dpmf-sgd" or e == "surprise-svd": return [t for t in threads if t == 1]
-        return list(threads)
-    n_cells = len(datasets) * len(ds) * sum(len(cells_for(e)) for e in runnable)
-    rows = []
-    bar = tqdm(total=n_cells, desc="bench", disable=not progress)
+    threads = tuple(sorted(set(threads))) if threads is not None else tuple(sorted({1, numba.config.NUMBA_NUM_THREADS}))
+    _check_args(datasets, ds, engines, threads, epochs, repeats, surprise_max_ratings, engine_timeout, seed)
+    dpmf_layout = checks.check_choice("dpmf_layout", dpmf.PMF().layout if dpmf_layout is None else dpmf_layout, ("random", "user"))
+    runnable = _runnable(engines)
+    rows, bar = [], tqdm(total=len(datasets) * len(ds) * sum(len(_threads_for(e, threads)) for e in runnable),
+                         desc="bench", disable=not progress)
     try:
-        for ds_spec in datasets:
-            bar.set_postfix_str(f"loading {ds_spec if isinstance(ds_spec, str) else ds_spec.name}")
-            r = bench_dataset(ds_spec, seed=seed) if isinstance(ds_spec, str) else ds_spec
-            name = ds_spec if isinstance(ds_spec, str) else r.name
+        for spec in datasets:
+            bar.set_postfix_str(f"loading {spec if isinstance(spec, str) else spec.name}")
+            r = bench_dataset(spec, seed=seed) if isinstance(spec, str) else spec
+            name = spec if isinstance(spec, str) else r.name
             E, R = _epochs_repeats(r, name, epochs, repeats, quick)
-            sub, trainset, trainset_s = None, None, None
-            X_libmf = np.column_stack([r.user, r.item, r.rating]).astype(np.float32) if "libmf" in runnable else None
-            for d in ds:
-                lim = {}
-                if limits and any(e in runnable for e in DPMF_ENGINES):
-                    bar.set_postfix_str(f"{name} d={d} machine limits")
-                    for t in threads:
-                        lim[t] = dict(stream_gb_per_s=stream_bandwidth(t),
-                                      random_rows_per_s=random_row_rate(r.n_users, d, t, n_touch=min(len(r), 2_000_000), seed=seed),
-                                      compute_scaling=compute_scaling(t) if t > 1 else 1.0)
-                for e in runnable:
-                    for t in cells_for(e):
-                        bar.set_postfix_str(f"{name} d={d} {e} threads={t}")
-                        before = _cpu_times()
-                        base = dict(dataset=name, d=d, epochs=E, repeats=R, n_ratings=len(r),
-                                    n_users=r.n_users, n_items=r.n_items)
-                        if e in DPMF_ENGINES:
-                            row = _bench_dpmf(r, d, t, E, R, kernel="serial" if e == "dpmf-sgd" else "parallel", seed=seed, layout=dpmf_layout)
-                            row.update(bytes_per_update=16 * d + 12,
-                                       gb_per_s=row["updates_per_s"] * (16 * d + 12) / 1e9, **lim.get(t, {}))
-                        elif e == "libmf":
-                            row = _bench_libmf(r, d, t, E, R, X=X_libmf)
-                        else:
-                            if trainset is None:
-                                sub = r if len(r) <= surprise_max_ratings else r.take(
-                                    np.sort(np.random.default_rng(seed).choice(len(r), surprise_max_ratings, replace=False)))
-                                t0 = time.perf_counter(); trainset = _surprise_trainset(sub); trainset_s = time.perf_counter() - t0
-                            row = _bench_surprise(sub, d, E, R, trainset, seed=seed)
-                            row.update(n_ratings=len(sub), trainset_seconds=trainset_s,
-                                       subsample=None if sub is r else f"uniform random {len(sub):,} of {len(r):,} ratings (seed {seed})")
-                        row.update(machine_load(before, _cpu_times()), loadavg_1min=os.getloadavg()[0])
-                        rows.append({**base, **row})
-                        bar.update(1)
+            rows += _dataset_rows(r, name, E, R, ds, runnable, threads, bar, limits, seed, dpmf_layout,
+                                  surprise_max_ratings, engine_timeout)
     finally: bar.close()
     return rows
 
@@ -447,7 +516,7 @@ def _rate(rows, dataset, d, engines, threads, key="updates_per_s"):
     return max(vals) if vals else None
 
 def bench_ratios(rows: list[dict]) -> list[dict]:
-    """One dict per (dataset, d) with the ratios of section 4 of the spine issue (None where a side is
+    """One dict per (dataset, d) with the ratios judged against `TARGETS` (None where a side is
     missing). `*_cpu` ratios use updates per CPU-second (robust to other processes on a shared machine);
     `compute_scaling` is the machine's own 1 -> all-threads ceiling measured in the same run."""
     div = lambda a, b: a / b if a is not None and b else None
@@ -474,21 +543,25 @@ def bench_ratios(rows: list[dict]) -> list[dict]:
 def _fmt(x, spec=".2f", none="–"):
     return none if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
+def _millions(x): return None if x is None else x / 1e6
+
 def format_table(rows: list[dict]) -> str:
     "The rows as a text table (M updates/s), then the ratios per (dataset, d) with the targets at d = 64."
     head = f"{'dataset':<18} {'d':>4} {'thr':>3} {'engine':<18} {'E':>3} {'ratings':>11} {'seconds':>8} {'M upd/s':>8} {'median':>8} {'compile s':>9}  note"
     lines = [head, "-" * len(head)]
     order = {e: k for k, e in enumerate(ENGINES)}
     for r in sorted(rows, key=lambda r: (str(r["dataset"]), r["d"], r["threads"], order.get(r["engine"], 99), r["engine"])):
-        note = [r["subsample"]] if r.get("subsample") else []
+        note = [f"FAILED: {r['error']}"] if r.get("error") else []
+        if r.get("note"): note.append(r["note"])
+        if r.get("subsample"): note.append(r["subsample"])
         if r.get("gb_per_s") is not None: note.append(f"{r['gb_per_s']:.2f} GB/s")
         if r.get("stream_gb_per_s") is not None: note.append(f"stream {r['stream_gb_per_s']:.1f} GB/s")
         if r.get("random_rows_per_s") is not None: note.append(f"random rows {r['random_rows_per_s'] / 1e6:.1f} M/s")
         if r.get("cpu_steal_pct") is not None: note.append(f"busy {r['cpu_busy_pct']:.0f}% steal {r['cpu_steal_pct']:.0f}%")
         note = "; ".join(note)
         lines.append(f"{str(r['dataset']):<18} {r['d']:>4} {r['threads']:>3} {r['engine']:<18} {r.get('epochs', ''):>3} "
-                     f"{r.get('n_ratings', 0):>11,} {_fmt(r.get('seconds'), '.3f'):>8} {r['updates_per_s'] / 1e6:>8.2f} "
-                     f"{_fmt((r.get('updates_per_s_median') or float('nan')) / 1e6):>8} {_fmt(r.get('compile_seconds'), '.2f'):>9}  {note}")
+                     f"{r.get('n_ratings', 0):>11,} {_fmt(r.get('seconds'), '.3f'):>8} {_fmt(_millions(r.get('updates_per_s'))):>8} "
+                     f"{_fmt(_millions(r.get('updates_per_s_median'))):>8} {_fmt(r.get('compile_seconds'), '.2f'):>9}  {note}")
     lines += ["", "ratios (best dpmf engine; x = times faster; cpu = per CPU-second)",
               f"{'dataset':<18} {'d':>4} {'vs surprise 1t':>15} {'(cpu)':>6} {'vs libmf 1t':>12} {'(cpu)':>6} {'vs libmf all':>12} "
               f"{'speed-up 1->all':>16} {'parallel 1->all':>16} {'libmf 1->all':>13} {'machine 1->all':>15}"]

@@ -1,7 +1,8 @@
 """`dpmf bench` machinery: a small-mode run gives well-formed rows for every engine, the ratios
-in the table are the quotients of the rows' rates, and bad arguments are refused by name.
-No test asserts a wall-clock time or a speed."""
-import importlib.util, math
+in the table are the quotients of the rows' rates, bad arguments are refused by name, and a
+reference engine that hangs or fails becomes a failed row while the run goes on. No test asserts
+a speed; the hang tests only check that a stuck engine is given up on."""
+import ctypes, importlib.util, math, multiprocessing, time
 
 import numpy as np
 import pytest
@@ -136,3 +137,76 @@ def test_rows_are_strict_json(quick_rows):
     import json
     again = json.loads(json.dumps(quick_rows, allow_nan=False))   # `dpmf bench --json` contract: no NaN/inf
     assert [r["engine"] for r in again] == [r["engine"] for r in quick_rows]
+
+
+# --- reference engines run in a child process: a hang or a failure is a row, never a stuck run ---
+
+FORK = "fork" in multiprocessing.get_all_start_methods()
+needs_fork = pytest.mark.skipif(not FORK, reason="the replaced engine reaches the child only through fork")
+
+
+def _fake_row(engine="libmf", threads=1):
+    return dict(engine=engine, threads=threads, seconds=1.0, updates_per_s=1e6, compile_seconds=0.0, train_rmse_sample=1.0)
+
+
+def _stuck(*args, **kwargs):
+    ctypes.CDLL(None).sleep(3600)   # stuck in C, as LIBMF's deadlocked threads are: no Python signal gets in
+
+
+@pytest.fixture
+def any_engine(monkeypatch):
+    "Every engine counts as installed, so these tests do not need Surprise or libmf."
+    monkeypatch.setattr(bench, "_engine_available", lambda engine: None)
+
+
+@needs_fork
+def test_hanging_reference_engine_becomes_a_failed_row_and_the_run_goes_on(monkeypatch, any_engine):
+    monkeypatch.setattr(bench, "_bench_libmf", _stuck)
+    t0 = time.perf_counter()
+    with pytest.warns(UserWarning, match="libmf d=8 threads=1 failed: no result in 1 s on 2 tries"):
+        rows = run_bench(quick=True, engines=("libmf", "dpmf-sgd"), threads=(1,), engine_timeout=1.0, progress=False)
+    assert time.perf_counter() - t0 < 60
+    lib, = [r for r in rows if r["engine"] == "libmf"]
+    assert lib["updates_per_s"] is None and lib["attempts"] == 2 and "killed" in lib["error"]
+    dp, = [r for r in rows if r["engine"] == "dpmf-sgd"]
+    assert dp["updates_per_s"] > 0                                   # the next engine still ran
+    table = format_table(rows)
+    assert "FAILED: no result in 1 s" in table and bench_ratios(rows)[0]["dpmf_vs_libmf_1"] is None
+
+
+@needs_fork
+def test_a_hang_is_retried_once(monkeypatch, any_engine, tmp_path):
+    flag = tmp_path / "hung-once"
+    def hang_first_time(r, d, threads, epochs, repeats, **kw):
+        if not flag.exists():
+            flag.touch()
+            _stuck()
+        return _fake_row(threads=threads)
+    monkeypatch.setattr(bench, "_bench_libmf", hang_first_time)
+    rows = run_bench(quick=True, engines=("libmf",), threads=(1,), engine_timeout=2.0, progress=False)
+    assert len(rows) == 1 and rows[0]["attempts"] == 2 and rows[0]["updates_per_s"] == 1e6
+    assert "hung 1x" in rows[0]["note"] and "error" not in rows[0]
+
+
+@needs_fork
+def test_reference_engine_error_becomes_a_failed_row(monkeypatch, any_engine):
+    def boom(*args, **kwargs): raise RuntimeError("boom")
+    monkeypatch.setattr(bench, "_bench_surprise", boom)
+    with pytest.warns(UserWarning, match="RuntimeError: boom"):
+        rows = run_bench(quick=True, engines=("surprise-svd",), threads=(1,), progress=False)
+    assert rows[0]["error"] == "RuntimeError: boom" and rows[0]["attempts"] == 1 and rows[0]["updates_per_s"] is None
+
+
+def test_reference_row_time_limit_grows_with_the_work():
+    small = bench._row_timeout("libmf", 20_000, 8, 2, 1, 1_000_000)
+    large = bench._row_timeout("libmf", 20_000_000, 64, 3, 2, 1_000_000)
+    assert 30 <= small < 31 and large > 10 * small
+    assert bench._row_timeout("surprise-svd", 20_000_000, 64, 3, 2, 1_000_000) < large   # Surprise runs on a subsample
+
+
+@pytest.mark.parametrize("kwargs, match", [(dict(engine_timeout=0), "engine_timeout=0"),
+                                           (dict(engine_timeout=float("nan")), "engine_timeout=nan"),
+                                           (dict(seed=-1), "seed=-1")])
+def test_bad_timeout_and_seed_are_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        run_bench(quick=True, progress=False, **kwargs)

@@ -1,5 +1,5 @@
 """Repository-level checks: the package is in sync with the notebooks, notebooks are clean,
-papermill's parameters tags survive, and the documentation site is ready to render."""
+and papermill's parameters tags survive (the documentation site is checked in test_site.py)."""
 import json, shutil, subprocess, sys
 from pathlib import Path
 
@@ -59,15 +59,3 @@ def test_top_level_shape():
     for name in ("settings.ini", "README.md", "nbs", "dpmf_lit", "data", "figures", "tests", "_quarto.yml",
                  "pyproject.toml", "Makefile", ".ci/run", ".gitignore", "data/README.md"):
         assert (ROOT / name).exists(), f"{name} is missing"
-
-
-def test_site_pages_links_and_figures_resolve():
-    """Runs nbdev-proc-nbs (without its Quarto download) and checks every page, internal link and
-    figure reference of the processed site."""
-    from dpmf_lit.site import check_site, process_site
-    proc = process_site()
-    assert (proc / "sidebar.yml").exists() and (proc / "index.ipynb").exists()
-    sidebar = (proc / "sidebar.yml").read_text()
-    numbered = [p.name for p in NBS if p.parent.name == "nbs" and p.name[:2].isdigit()]
-    assert all(name in sidebar for name in numbered), f"sidebar misses some of {numbered}"
-    assert check_site(proc) == []
