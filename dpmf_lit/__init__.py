@@ -5,17 +5,22 @@ Modules:
 - `dpmf_lit.bench`: Rating updates per second of the dpmf SGD kernels against Surprise's SVD and LIBMF, in one run, on identical data and epochs, with the machine limits that explain the numbers.
 - `dpmf_lit.checks`: One set of validators for every public function and mechanism: a bad argument gets a `ValueError` that names the argument and its value, before any work starts.
 - `dpmf_lit.cli`: `dpmf`: fetch and list data, fit a mechanism, benchmark the kernels, reproduce every figure.
-- `dpmf_lit.data`: The ratings data model, real loaders, subsets, splits and a synthetic generator.
+- `dpmf_lit.data`: The ratings data model, loaders of the published formats, data sets by name (fetched and verified), subsets, splits and a synthetic generator, in one namespace.
+- `dpmf_lit.datasets`: Data sets by name: where `settings.ini` says each one lives, fetching MovieLens 100K (GroupLens or the RecBole wheel on PyPI), verifying count and checksum, and loading.
+- `dpmf_lit.formats`: Loaders for the published rating files (MovieLens, Netflix Prize, Yahoo! Music, Anime): one strict grammar per format, parsed in one numba pass, and every refusal names the file and the line.
 - `dpmf_lit.hua`: Plain MF for U, then a perturbed least-squares problem for V with U fixed: the closed form, the paper's gradient descent, the privacy proof worked twice, and where it holds.
 - `dpmf_lit.hua_protocol`: Users hold their own ratings and profiles; a third party sums masked gradients in Z_P; the recommender only ever sees noisy aggregates. A simulation with separate actors, exact fixed-point arithmetic, message and byte counts, and our verdict on each claim.
 - `dpmf_lit.kernels`: The numba kernels that minimise the PMF objective of `dpmf_lit.mf`: serial and block-parallel SGD with software prefetch, full-batch gradient descent, alternating least squares and prediction, each under its formula and checked against a plain numpy reference.
 - `dpmf_lit.mechanism`: What every mechanism implements: parameters declared once in its signature, a `fit` that does the shared work (checks, seeding, a memory estimate, timing, finite factors, the parameters that actually ran) around the mechanism's own `_fit`, a privacy report that always states its scope, and a registry that finds mechanisms without a hand-kept list.
 - `dpmf_lit.mf`: The PMF objective, the metrics that score a fit, and the non-private PMF baseline, minimised by the kernels of `dpmf_lit.kernels` through the mechanism interface of `dpmf_lit.mechanism`.
 - `dpmf_lit.privacy`: Noise samplers, the Laplace, Gaussian and analytic-Gaussian mechanisms, L2-Laplace noise, Rényi-DP and PLD accounting, one-posterior-sample privacy, personalized privacy specifications, and a small accountant that writes the privacy report.
+- `dpmf_lit.ratings`: The one data model: aligned (user, item, rating) arrays with the matrix size, the rating range and the original ids; its checks and a canonical checksum.
 - `dpmf_lit.reproduce`: One command regenerates every figure: a manifest of parameterized experiment notebooks, executed with papermill, atomically, skipping what is up to date, locally or on Dask.
 - `dpmf_lit.results`: Numbers quoted in the notebooks' prose are read from `figures/results.json` and asserted, so the prose cannot drift from the results the batch produced.
 - `dpmf_lit.settings`: The reproduction's own settings: where data, figures and build outputs live, which profile the batch runs, how many jobs, and where each data set comes from.
 - `dpmf_lit.site`: Process the notebooks for Quarto wherever the clone lives, check that every page, link and figure resolves, build an offline HTML preview with typeset math, and generate the README and the package's list of modules.
+- `dpmf_lit.splits`: Compact codes, count filters, the Netflix movie subsets, random subsamples, and the four ways to hold out ratings (random, k-fold, per user, public/private users), each seeded.
+- `dpmf_lit.synthetic`: A generator of rating data of any size that looks like real data: low rank plus noise, power-law item popularity, log-normal user activity, unique pairs; parallel, deterministic in the seed, and refused up front when it cannot fit in memory.
 - `dpmf_lit.testing`: Small problems and plain-numpy references of the kernels, shared by the tests and the notebooks so that no reference is typed twice."""
 
 __version__ = "0.0.1"

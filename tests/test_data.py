@@ -1,6 +1,7 @@
 """Tests of dpmf_lit.data: data model, loaders on fixture files in each published format, fetching,
 subsets, splits, the synthetic generator, and the error message of every bad input."""
 import hashlib
+import time
 import io
 import os
 import zipfile
@@ -9,7 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpmf_lit import data as D
+from dpmf_lit import datasets as DS
+from dpmf_lit import synthetic as SY
+from dpmf_lit.checks import UserError
+from dpmf_lit.ratings import _sha256_arrays
 from dpmf_lit.data import (Ratings, fetch_dataset, filter_counts, holdout_per_user, kfold, list_datasets, load_anime,
                            load_dataset, load_movielens_100k, load_movielens_csv, load_movielens_dat, load_netflix,
                            load_yahoo_r1, load_yahoo_r3, netflix_subset, public_private_users, random_split,
@@ -48,7 +52,7 @@ def test_from_ids_codes_and_id_maps():
     (([1, 2], [1, 1], [3, 6]), "rating=6 at index 1 (user=2, item=1) is outside the declared range [1, 5]; 1 rating(s) out of range"),
     (([1, 2], [1, 1], [0.5, 3]), "rating=0.5 at index 0 (user=1, item=1) is outside the declared range [1, 5]"),
     (([1, 2, 3], [1, 1, 1], [3, np.nan, np.nan]), "rating is NaN at index 1 (user=2, item=1); 2 NaN rating(s)"),
-    (([1, 2, 1], [4, 4, 4], [3, 3, 5]), "duplicate (user, item) pair (user=1, item=4) at indices 0 and 2; 1 duplicate rating(s)"),
+    (([1, 2, 1], [4, 4, 4], [3, 3, 5]), "duplicate (user, item) pair (user=1, item=4) at index 0 and index 2; 1 duplicate rating(s)"),
     (([], [], []), "empty data (no ratings)"),
     (([1, 2], [1], [3, 4]), "must be 1-d of equal length"),
     ((np.array([1.0, np.nan]), [1, 2], [3, 4]), "missing user id at index 1"),
@@ -61,7 +65,7 @@ def test_from_ids_bad_input(args, message):
 
 
 def test_from_ids_bad_range_and_option():
-    with pytest.raises(ValueError, match="rating_min=5, rating_max=1"):
+    with pytest.raises(ValueError, match="rating_min=5 must be < rating_max=1"):
         Ratings.from_ids([1], [1], [3], 5, 1)
     with pytest.raises(ValueError, match="rating_min=nan"):
         Ratings.from_ids([1], [1], [3], float("nan"), 5)
@@ -82,7 +86,7 @@ def test_validate_catches_each_problem():
     cases = [
         (dict(rating=np.array([3, 9], np.float32)), "rating=9 at index 1"),
         (dict(rating=np.array([3, np.nan], np.float32)), "rating is NaN at index 1"),
-        (dict(item=np.array([1, 1], np.int32), user=np.array([0, 0], np.int32)), "duplicate (user, item) pair (user=0, item=1) at indices 0 and 1"),
+        (dict(item=np.array([1, 1], np.int32), user=np.array([0, 0], np.int32)), "duplicate (user, item) pair (user=0, item=1) at index 0 and index 1"),
         (dict(user=np.zeros(0, np.int32), item=np.zeros(0, np.int32), rating=np.zeros(0, np.float32)), "empty data"),
         (dict(user=np.array([0, 2], np.int32)), "user codes span [0, 2], outside [0, n_users=2)"),
         (dict(user=r.user.astype(np.int64)), "user.dtype=int64 must be int32"),
@@ -163,7 +167,7 @@ def test_yahoo_r1_never_play_again(tmp_path):
     assert (len(drop), drop.rating_min, drop.rating_max) == (3, 0, 100) and 255 not in drop.rating
     zero = load_yahoo_r1(f, never_play_again="zero")
     assert len(zero) == 4 and zero.to_frame().query("item == 101").rating.tolist() == [0]
-    with pytest.raises(ValueError, match="never_play_again='keep' must be 'drop' or 'zero'"):
+    with pytest.raises(ValueError, match="never_play_again='keep' must be one of 'drop', 'zero'"):
         load_yahoo_r1(f, never_play_again="keep")
 
 
@@ -190,7 +194,7 @@ MALFORMED = [
     (load_movielens_dat, "ratings.dat", "1::2::3::4\n2::3::4::5::9\n", 2, "malformed line"),
     (load_movielens_csv, "ratings.csv", "userId,movieId,rating,timestamp\n1,2,3.5,4\n1,3,,5\n", 3, "rating '' is not a number"),
     (load_movielens_csv, "ratings.csv", "user,movie,rating,time\n1,2,3.5,4\n", 1, "expected the header 'userId,movieId,rating,timestamp'"),
-    (load_movielens_csv, "ratings.csv", "userId,movieId,rating,timestamp\n1,2,nan,4\n", 2, "rating=nan is outside"),
+    (load_movielens_csv, "ratings.csv", "userId,movieId,rating,timestamp\n1,2,nan,4\n", 2, "rating 'nan' is not a number"),
     (load_yahoo_r1, "r1.txt", "1\t2\t50\n1\t3\t101\n", 2, "rating=101 is outside the declared range [0, 100] (special values (255,))"),
     (load_yahoo_r3, "r3.txt", "1\t2\t5\n1\t3\t0\n", 2, "rating=0 is outside the declared range [1, 5]"),
     (load_anime, "rating.csv", "user_id,anime_id,rating\n1,2,10\n1,3,11\n", 3, "rating=11 is outside the declared range [1, 10]"),
@@ -222,8 +226,10 @@ def test_empty_file(tmp_path, loader, fname):
 
 def test_duplicates_in_a_file_are_refused(tmp_path):
     f = write(tmp_path / "ratings.dat", "1::2::3::4\n1::2::4::5\n")
-    with pytest.raises(ValueError, match=r"duplicate \(user, item\) pair \(user=1, item=2\) at indices 0 and 1"):
+    with pytest.raises(ValueError) as e:
         load_movielens_dat(f)
+    assert f"duplicate (user, item) pair (user=1, item=2) at line 1 of {f} and line 2 of {f}" in str(e.value)
+    assert "pass on_duplicate='first' or 'last' (an argument of Ratings.from_ids, of every loader and of load_dataset)" in str(e.value)
 
 
 @pytest.mark.parametrize("loader, dataset, url", [
@@ -297,7 +303,7 @@ def fake_zip(path: Path, member: str, text: str) -> Path:
 
 U_DATA = "196\t242\t3\t881250949\n186\t302\t3\t891717742\n22\t377\t1\t878887116\n"
 INTER = "user_id:token\titem_id:token\trating:float\ttimestamp:float\n" + U_DATA
-U_SHA = D._sha256_arrays(np.array([196, 186, 22]), np.array([242, 302, 377]), np.array([3.0, 3.0, 1.0]))
+U_SHA = _sha256_arrays(np.array([196, 186, 22]), np.array([242, 302, 377]), np.array([3.0, 3.0, 1.0]))
 
 
 def test_fetch_tries_sources_in_order_verifies_and_writes_atomically(tmp_path, tmp_settings, monkeypatch):
@@ -311,14 +317,14 @@ def test_fetch_tries_sources_in_order_verifies_and_writes_atomically(tmp_path, t
     r = load_dataset("ml-100k", settings=s)
     assert ratings_sha256(r) == U_SHA and len(r) == 3
     # present and valid: no download at all
-    monkeypatch.setattr(D, "_download", lambda *a, **k: pytest.fail("downloaded although present"))
+    monkeypatch.setattr(DS, "_download", lambda *a, **k: pytest.fail("downloaded although present"))
     assert fetch_dataset("ml-100k", settings=s) == path
 
 
 def test_fetch_rejects_wrong_checksum_and_leaves_nothing(tmp_path, tmp_settings):
     bad = fake_zip(tmp_path / "ml.zip", "ml-100k/u.data", U_DATA.replace("\t1\t", "\t2\t"))
     s = tmp_settings(DPMF_ML_100K_URLS=f"file://{bad}#ml-100k/u.data", DPMF_ML_100K_N_RATINGS=3, DPMF_ML_100K_SHA256=U_SHA)
-    with pytest.raises(OSError) as e:
+    with pytest.raises(UserError) as e:
         fetch_dataset("ml-100k", settings=s)
     assert "every source failed" in str(e.value) and "checksum of the parsed ratings" in str(e.value)
     assert not (s.data_dir / "ml-100k").exists() or not any((s.data_dir / "ml-100k").iterdir())
@@ -458,7 +464,7 @@ def test_random_split_properties():
     assert np.array_equal(te.user, te2.user) and np.array_equal(te.item, te2.item)
     assert pairs(random_split(r, 0.25, seed=8)[1]) != pairs(te)
     for bad in (0, 1, 1.5, -0.1, "0.2"):
-        with pytest.raises(ValueError, match=f"test_fraction={bad!r} must be a number strictly between 0 and 1"):
+        with pytest.raises(ValueError, match=rf"test_fraction={bad!r} must be a (finite )?number in \(0, 1\)"):
             random_split(r, bad)
 
 
@@ -512,7 +518,7 @@ def test_public_private_users():
     rp, rq = public_private_users(r, 0.2, by="random", seed=3)
     assert len(set(rp.user.tolist())) == 10 and pairs(rp) | pairs(rq) == pairs(r)
     assert pairs(rp) == pairs(public_private_users(r, 0.2, by="random", seed=3)[0])
-    with pytest.raises(ValueError, match="by='best' must be 'most' or 'random'"):
+    with pytest.raises(ValueError, match="by='best' must be one of 'most', 'random'"):
         public_private_users(r, 0.2, by="best")
     with pytest.raises(ValueError, match="public_fraction=0.001 of 50 users leaves no public"):
         public_private_users(r, 0.001)
@@ -598,3 +604,151 @@ def test_synthetic_bad_input(kw, message):
     with pytest.raises(ValueError) as e:
         synthetic(**args)
     assert message in str(e.value)
+
+
+# ---------------------------------------------------------------- reliability: no misparse, no wrap-around, no traceback
+
+@pytest.mark.parametrize("line", ["1::2:3:4::978300760", "1:2:3:4:5:6:7", "1:::2::3::4", "1::2::3::4:"])
+def test_movielens_dat_refuses_lone_colons(tmp_path, line):
+    "Lines with as many ':' as a good line but not four '::'-separated fields were read as other ids and ratings."
+    f = write(tmp_path / "ratings.dat", f"1::1193::5::978300760\n{line}\n")
+    with pytest.raises(ValueError) as e:
+        load_movielens_dat(f)
+    assert f"{f}: line 2: malformed line (a single ':' where fields are separated by '::')" in str(e.value)
+
+
+BIG = [2**63, 2**64 + 7, -2**63 - 1, 10**30]
+ID_FILES = [  # loader, file name, text with {u} as the user id and {i} as the item id, line of the second rating
+    (load_movielens_100k, "u.data", "7\t1\t3\t881250949\n{u}\t{i}\t4\t881250950\n", 2),
+    (load_movielens_dat, "ratings.dat", "7::1::3::978300760\n{u}::{i}::4::978300760\n", 2),
+    (load_movielens_csv, "ratings.csv", "userId,movieId,rating,timestamp\n7,1,3,1\n{u},{i},4,2\n", 3),
+    (load_yahoo_r1, "r1.txt", "7\t1\t30\n{u}\t{i}\t40\n", 2),
+    (load_yahoo_r3, "r3.txt", "7\t1\t3\n{u}\t{i}\t4\n", 2),
+    (load_anime, "rating.csv", "user_id,anime_id,rating\n7,1,3\n{u},{i},4\n", 3),
+]
+
+
+@pytest.mark.parametrize("loader, fname, text, line", ID_FILES)
+@pytest.mark.parametrize("big", BIG)
+@pytest.mark.parametrize("where", ["user", "item"])
+def test_ids_beyond_int64_are_refused_with_the_line(tmp_path, loader, fname, text, line, big, where):
+    "The tab and csv loaders raised an OverflowError traceback on such ids."
+    f = write(tmp_path / fname, text.format(u=big if where == "user" else 8, i=big if where == "item" else 2))
+    with pytest.raises(ValueError) as e:
+        loader(f)
+    assert f"{f}: line {line}: malformed line ({where} id {big} is outside the supported range of ids " \
+           "[-2^63, 2^63 - 1] (int64))" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("loader, fname, text, line", ID_FILES)
+def test_ids_at_the_ends_of_int64_are_read_exactly(tmp_path, loader, fname, text, line):
+    lo, hi = -2**63, 2**63 - 1
+    r = loader(write(tmp_path / fname, text.format(u=hi, i=lo)))
+    assert pairs(r) == {(7, 1), (hi, lo)}
+    assert ratings_sha256(r) == _sha256_arrays(np.array([7, hi]), np.array([1, lo]), np.sort(r.rating))
+
+
+@pytest.mark.parametrize("text, line, what", [
+    ("1:\n7,3,2005-09-06\n18446744073709551623,4,2005-09-06\n", 3, "customer id outside the supported range of ids"),
+    ("1:\n7,3,2005-09-06\n9223372036854775808,4,2005-09-06\n", 3, "customer id outside the supported range of ids"),
+    ("1:\n7,3,2005-09-06\n18446744073709551617:\n7,4,2005-09-06\n", 3, "movie id outside the supported range of ids"),
+    ("1:\n7,18446744073709551619,2005-09-06\n", 2, "rating outside the declared range [1, 5]"),
+])
+def test_netflix_ids_beyond_int64_are_refused(tmp_path, text, line, what):
+    "2**64 + 7 was read as customer 7, and then a false duplicate named a pair that is not in the file."
+    f = write(tmp_path / "combined_data_1.txt", text)
+    with pytest.raises(ValueError) as e:
+        load_netflix(f)
+    assert f"{f}: line {line}: {what}" in str(e.value), str(e.value)
+
+
+DUP_FILES = [  # loader, file name, text with a repeated pair on lines a and b (the second rating 4, the first 3)
+    (load_movielens_100k, "u.data", "7\t1\t3\t1\n8\t1\t5\t1\n7\t1\t4\t2\n", 1, 3),
+    (load_movielens_dat, "ratings.dat", "7::1::3::1\n8::1::5::1\n7::1::4::2\n", 1, 3),
+    (load_movielens_csv, "ratings.csv", "userId,movieId,rating,timestamp\n7,1,3,1\n8,1,5,1\n7,1,4,2\n", 2, 4),
+    (load_netflix, "combined_data_1.txt", "1:\n7,3,2005-01-01\n8,5,2005-01-01\n2:\n8,2,2005-01-01\n1:\n7,4,2005-01-02\n", 2, 7),
+    (load_yahoo_r1, "r1.txt", "7\t1\t3\n8\t1\t255\n8\t2\t5\n7\t1\t4\n", 1, 4),
+    (load_yahoo_r3, "r3.txt", "7\t1\t3\n8\t1\t5\n7\t1\t4\n", 1, 3),
+    (load_anime, "rating.csv", "user_id,anime_id,rating\n7,1,3\n8,1,-1\n8,2,5\n7,1,4\n", 2, 5),
+]
+
+
+@pytest.mark.parametrize("loader, fname, text, a, b", DUP_FILES)
+def test_every_loader_names_duplicate_lines_and_takes_on_duplicate(tmp_path, loader, fname, text, a, b):
+    "The message suggested on_duplicate, which no loader but load_anime accepted."
+    f = write(tmp_path / fname, text)
+    with pytest.raises(ValueError) as e:
+        loader(f)
+    assert f"(user=7, item=1) at line {a} of {f} and line {b} of {f}" in str(e.value), str(e.value)
+    assert "pass on_duplicate='first' or 'last'" in str(e.value)
+    first, last = loader(f, on_duplicate="first"), loader(f, on_duplicate="last")
+    get = lambda r: r.to_frame().query("user == 7 and item == 1").rating.tolist()
+    assert (get(first), get(last)) == ([3], [4]) and len(first) == len(last) == len(pairs(first))
+    with pytest.raises(ValueError, match="on_duplicate='mean' must be one of 'error', 'first', 'last'"):
+        loader(tmp_path / "not-read-at-all.txt", on_duplicate="mean")     # checked before the file is opened
+
+
+def test_load_dataset_takes_on_duplicate(tmp_settings):
+    s = tmp_settings(DPMF_ML_1M_N_RATINGS=3)
+    write(s.data_dir / "ml-1m" / "ml-1m" / "ratings.dat", "1::1193::5::978300760\n2::661::3::978302109\n1::1193::4::978300761\n")
+    with pytest.raises(ValueError, match="pass on_duplicate='first' or 'last'"):
+        load_dataset("ml-1m", settings=s)
+    assert load_dataset("ml-1m", settings=s, on_duplicate="last").to_frame().rating.tolist() == [3, 4]
+    with pytest.raises(ValueError, match="on_duplicate='newest' must be one of"):
+        load_dataset("ml-1m", settings=s, on_duplicate="newest")
+
+
+def test_fetch_offline_fails_fast_with_a_user_error(tmp_path, tmp_settings, monkeypatch):
+    "Offline, `dpmf data fetch ml-100k` escaped as an OSError traceback."
+    monkeypatch.setenv("PIP_INDEX_URL", "https://127.0.0.1:9/simple")      # a closed port: pip cannot reach an index
+    monkeypatch.setenv("PIP_FIND_LINKS", "")
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    urls = "http://127.0.0.1:9/ml-100k.zip#ml-100k/u.data pypi:recbole==1.2.1#recbole/dataset_example/ml-100k/ml-100k.inter"
+    s = tmp_settings(DPMF_ML_100K_URLS=urls)
+    t0 = time.perf_counter()
+    with pytest.raises(UserError) as e:
+        fetch_dataset("ml-100k", settings=s)
+    seconds = time.perf_counter() - t0
+    msg = str(e.value)
+    assert "could not fetch ml-100k; every source failed" in msg
+    assert "http://127.0.0.1:9/ml-100k.zip#ml-100k/u.data: URLError" in msg and "pip download recbole==1.2.1 failed" in msg
+    assert f"copy it to {s.data_dir / 'ml-100k' / 'ratings.tsv'}" in msg and "download http://127.0.0.1:9/ml-100k.zip" in msg
+    assert not (s.data_dir / "ml-100k" / "ratings.tsv").exists()
+    assert seconds < 60, seconds
+
+
+def test_load_dataset_says_when_it_downloads(tmp_path, tmp_settings, capsys):
+    good = fake_zip(tmp_path / "ml.zip", "ml-100k/u.data", U_DATA)
+    url = f"file://{good}#ml-100k/u.data"
+    s = tmp_settings(DPMF_ML_100K_URLS=url, DPMF_ML_100K_N_RATINGS=3, DPMF_ML_100K_SHA256=U_SHA)
+    target = s.data_dir / "ml-100k" / "ratings.tsv"
+    assert len(load_dataset("ml-100k", settings=s)) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"ml-100k: not found at {target}; downloading it from {url} to {target}"]
+    load_dataset("ml-100k", settings=s)                    # present now: nothing said
+    assert capsys.readouterr().err == ""
+
+
+def test_synthetic_refuses_sizes_that_cannot_fit(monkeypatch):
+    "synthetic(n_ratings=10**12) asked numpy for terabytes (MemoryError) instead of saying so."
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError) as e:
+        synthetic(10**7, 10**6, 10**12)
+    assert time.perf_counter() - t0 < 5                    # refused before anything is allocated
+    msg = str(e.value)
+    assert "synthetic(n_users=10000000, n_items=1000000, n_ratings=1000000000000, rank=10) needs about" in msg
+    assert "GiB of memory, but" in msg and "GiB are available here" in msg
+    monkeypatch.setattr(SY, "available_memory", lambda: 2**30)          # 1 GiB left
+    need = SY.synthetic_memory(100_000, 10_000, 100_000_000)
+    assert 1.1e9 < need < 1.3e9
+    with pytest.raises(ValueError, match=r"needs about 1\.1 GiB of memory, but 1\.0 GiB are available here"):
+        synthetic(100_000, 10_000, 100_000_000)
+    assert len(synthetic(100, 50, 1000)) == 1000           # small sets still fit
+    with pytest.raises(ValueError, match="n_users=3000000000 exceeds 2,147,483,647 \\(user and item codes are int32\\)"):
+        synthetic(3 * 10**9, 10, 10)
+
+
+def test_available_memory_reads_meminfo():
+    have = SY.available_memory()
+    total = int(next(l for l in open("/proc/meminfo") if l.startswith("MemTotal:")).split()[1]) * 1024
+    assert have is not None and 0 < have <= total
