@@ -23,11 +23,15 @@ def show(value) -> str:
     return repr(value)
 
 # %% ../nbs/00_checks.ipynb #82b328ab
+def _num(x) -> str:
+    "A bound as written: integers in full (2147483647, not 2.14748e+09), other numbers with :g."
+    return str(int(x)) if float(x).is_integer() and abs(x) < 2**63 else f"{x:g}"
+
 def _bound_text(low, high, low_open, high_open) -> str:
     if low is not None and high is not None:
-        return f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-    if low is not None: return f"{'>' if low_open else '>='} {low:g}"
-    if high is not None: return f"{'<' if high_open else '<='} {high:g}"
+        return f"in {'(' if low_open else '['}{_num(low)}, {_num(high)}{')' if high_open else ']'}"
+    if low is not None: return f"{'>' if low_open else '>='} {_num(low)}"
+    if high is not None: return f"{'<' if high_open else '<='} {_num(high)}"
     return "finite"
 
 def check_float(name: str, value, low: float | None = None, high: float | None = None, low_open: bool = False,

@@ -593,6 +593,10 @@ HuaProtocol._report = _protocol_report
 def _protocol_fit(self: HuaProtocol, train: Ratings, progress: bool = False, U=None) -> Factors:
     "Fit on `train`; `U` (n_users, d) skips the plain MF that gives users their profiles."
     keep = item_degrees(train)[train.item] >= 2
+    b = share_scale(self.epsilon, rating_sensitivity(train), self.d)
+    if self.bound < 30 * b:   # a Laplace(b) coordinate passes 30b with probability e^-30: encodable in practice
+        raise ValueError(f"epsilon={checks.show(self.epsilon)} gives noise of scale b = Delta sqrt(d)/epsilon = {b:.3g}, which the "
+                         f"fixed-point codec (bound={self.bound:g}) cannot encode: raise epsilon (or bound, above 30b)")
     if self.sparse_items == "error": check_protocol_input(train, np.zeros((train.n_users, 1)))
     if U is None: U = self._pmf().fit(train, progress=progress).U
     U = clip_rows(U, 1.0)

@@ -485,3 +485,12 @@ def test_noise_shares_bad_input(call, message):
     with pytest.raises(ValueError) as info:
         call()
     assert message in str(info.value)
+
+
+def test_protocol_refuses_an_epsilon_whose_noise_the_codec_cannot_encode():
+    "A tiny epsilon is named as the parameter to change, not the codec's bound (which the user never set)."
+    from dpmf_lit.hua_protocol import HuaProtocol
+    from dpmf_lit.data import synthetic
+    r = synthetic(n_users=40, n_items=10, n_ratings=300, seed=0)
+    with pytest.raises(ValueError, match=r"^epsilon=1e-300 gives noise of scale .* raise epsilon"):
+        HuaProtocol(epsilon=1e-300, d=2, iters=1, pmf_epochs=1).fit(r)
