@@ -11,8 +11,8 @@ import math
 import numpy as np
 
 # %% auto #0
-__all__ = ['tiny_problem', 'small_split', 'sgd_reference', 'blocks_visit_order', 'objective_reference', 'gradient_reference',
-           'als_reference']
+__all__ = ['ACCEPT', 'REJECT', 'tiny_problem', 'small_split', 'ks_p', 'independence_p', 'sgd_reference', 'blocks_visit_order',
+           'objective_reference', 'gradient_reference', 'als_reference']
 
 # %% ../nbs/96_testing.ipynb #6f704b2d
 def tiny_problem(n_users: int = 30,      # users (rows of U)
@@ -40,6 +40,24 @@ def small_split(seed: int = 1):
     "(train, test): 12,000 synthetic low-rank ratings of 300 users on 200 items, split 80/20 (split seed 0)."
     from dpmf_lit.data import random_split, synthetic
     return random_split(synthetic(300, 200, 12000, rank=5, noise=0.3, seed=seed), 0.2, seed=0)
+
+# %% ../nbs/96_testing.ipynb #448cbe0b
+ACCEPT = 1e-3        # a correct sampler must not be rejected at this level (fixed seeds: deterministic)
+REJECT = 1e-6        # a wrong sampler must be rejected at this level
+
+def ks_p(x, cdf) -> float:
+    "Kolmogorov–Smirnov p-value of the draws `x` (any shape) against the distribution function `cdf`."
+    from scipy import stats
+    return stats.kstest(np.asarray(x, dtype=np.float64).ravel(), cdf).pvalue
+
+def independence_p(x, y, bins: int = 8) -> float:
+    "Chi-square test of independence of `x` and `y` on `bins` x `bins` quantile bins."
+    from scipy import stats
+    qx = np.searchsorted(np.quantile(x, np.linspace(0, 1, bins + 1)[1:-1]), x)
+    qy = np.searchsorted(np.quantile(y, np.linspace(0, 1, bins + 1)[1:-1]), y)
+    table = np.zeros((bins, bins))
+    np.add.at(table, (qx, qy), 1)
+    return stats.chi2_contingency(table)[1]
 
 # %% ../nbs/96_testing.ipynb #988eee9c
 def sgd_reference(user, item, rating, order, U, V, b, c, mu, lr, reg, reg_bias, use_bias):

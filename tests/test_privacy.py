@@ -14,21 +14,7 @@ from dpmf_lit.mf import PrivacyReport
 from dpmf_lit import privacy as P
 
 N = 100_000          # draws per statistical test
-ACCEPT = 1e-3        # a correct sampler must not be rejected at this level (fixed seeds: deterministic)
-REJECT = 1e-6        # a wrong sampler must be rejected at this level
-
-
-def ks_p(x, cdf):
-    return stats.kstest(np.asarray(x, dtype=np.float64).ravel(), cdf).pvalue
-
-
-def independence_p(x, y, bins=8):
-    "chi-square test of independence on quantile bins of x and y"
-    qx = np.searchsorted(np.quantile(x, np.linspace(0, 1, bins + 1)[1:-1]), x)
-    qy = np.searchsorted(np.quantile(y, np.linspace(0, 1, bins + 1)[1:-1]), y)
-    table = np.zeros((bins, bins))
-    np.add.at(table, (qx, qy), 1)
-    return stats.chi2_contingency(table)[1]
+from dpmf_lit.testing import ACCEPT, REJECT, independence_p, ks_p
 
 
 # ---------------------------------------------------------------- scalar samplers

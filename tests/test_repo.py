@@ -59,3 +59,27 @@ def test_top_level_shape():
     for name in ("settings.ini", "README.md", "nbs", "dpmf_lit", "data", "figures", "tests", "_quarto.yml",
                  "pyproject.toml", "Makefile", ".ci/run", ".gitignore", "data/README.md"):
         assert (ROOT / name).exists(), f"{name} is missing"
+
+
+def test_cells_that_nbdev_runs_for_the_site_stand_alone():
+    """nbdev's doc build executes every cell containing an import (and skips the others), so a cell that imports
+    and also runs code using earlier names breaks the site build: imports go in cells of their own."""
+    import ast, nbformat
+    bad = []
+    for path in sorted((ROOT / "nbs").rglob("*.ipynb")):
+        if ".ipynb_checkpoints" in path.parts: continue
+        for i, cell in enumerate(nbformat.read(path, as_version=4).cells):
+            if cell.cell_type != "code" or "#| export" in cell.source or "#|export" in cell.source: continue
+            try: tree = ast.parse("\n".join(l for l in cell.source.splitlines() if not l.lstrip().startswith(("%", "!"))))
+            except SyntaxError: continue
+            has_import = any(isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.walk(tree))
+            imported = {a.asname or a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                        for a in n.names}
+            def stands_alone(n):   # imports, definitions, a guarded import, or a call on a module this cell imports
+                if isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)): return True
+                if isinstance(n, ast.Try): return any(isinstance(b, (ast.Import, ast.ImportFrom)) for b in n.body)
+                return (isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Attribute)
+                        and isinstance(n.value.func.value, ast.Name) and n.value.func.value.id in imported)
+            runs = [n for n in tree.body if not stands_alone(n)]
+            if has_import and runs: bad.append(f"{path.relative_to(ROOT)} cell {i}")
+    assert not bad, f"cells mixing imports with other code (split the imports into a cell of their own): {bad}"
