@@ -12,11 +12,12 @@ from pathlib import Path
 import numpy as np
 from .checks import check_bool, show
 from .data import Ratings
+from .synthetic import available_memory   # one reading of free memory, shared with the generator
 from .kernels import predict_kernel
 
 # %% auto #0
-__all__ = ['MECHANISMS', 'ENTRY_POINT_GROUP', 'PrivacyReport', 'FittedModel', 'Factors', 'available_memory', 'Mechanism',
-           'register_mechanism', 'mechanism_modules', 'mechanisms', 'get_mechanism']
+__all__ = ['MECHANISMS', 'ENTRY_POINT_GROUP', 'PrivacyReport', 'FittedModel', 'Factors', 'Mechanism', 'register_mechanism',
+           'mechanism_modules', 'mechanisms', 'get_mechanism']
 
 # %% ../nbs/01b_mechanism.ipynb #df3d0c0e
 @dataclass(frozen=True)
@@ -128,22 +129,6 @@ def _docments(func) -> dict:
     return out
 
 # %% ../nbs/01b_mechanism.ipynb #53cc9db4
-def available_memory() -> int:
-    "Bytes a new allocation can use now: MemAvailable (capped by a cgroup v2 limit), else free pages, else unlimited."
-    avail = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"): avail = int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError): pass
-    if avail is None:
-        try: avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError): avail = sys.maxsize
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        if limit != "max": avail = min(avail, int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
-    except (OSError, ValueError): pass
-    return max(int(avail), 0)
-
 def _bytes(n: float) -> str:
     for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB": return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
@@ -222,7 +207,7 @@ _OVERFLOWED = re.compile(r"(?<![\w.])-?(inf|nan)\b|overflow", re.I)   # an error
 
 def _check_memory(mech: Mechanism, train: Ratings):
     need, avail = int(mech.memory_bytes(train)), available_memory()
-    if need > avail:
+    if avail is not None and need > avail:
         d = f" with d={show(mech.d)}" if hasattr(mech, "d") else ""
         raise ValueError(f"{mech.name}{d} on {train.n_users:,} users x {train.n_items:,} items needs about {_bytes(need)} "
                          f"of memory, more than the {_bytes(avail)} available" + ("; lower d" if d else ""))
