@@ -20,7 +20,8 @@ from . import checks
 # %% auto #0
 __all__ = ['ENGINES', 'DPMF_ENGINES', 'DATASETS', 'NETFLIX_SHAPE', 'QUICK_SHAPE', 'EPOCHS_REPEATS', 'TARGETS', 'bench_dataset',
            'cache_sizes', 'machine_info', 'perf_counters_status', 'machine_load', 'stream_bandwidth', 'random_row_rate',
-           'compute_scaling', 'bench_subsample', 'run_bench', 'bench_ratios', 'format_table', 'layout_study']
+           'compute_scaling', 'bench_subsample', 'run_bench', 'bench_ratios', 'format_table', 'layout_study',
+           'block_times', 'strata_speedup', 'free_block_speedup']
 
 # %% ../nbs/91_bench.ipynb #84d1a99f
 ENGINES = ("dpmf-sgd", "dpmf-sgd-parallel", "surprise-svd", "libmf")
@@ -638,3 +639,49 @@ def layout_study(r, d: int = 64, epochs: int = 1, repeats: int = 2, grid: int = 
                             updates_per_cpu_s=epochs * len(r) / best_cpu, bytes_per_update=16 * d + 12))
     finally: numba.set_num_threads(old)
     return out
+
+# %% ../nbs/91_bench.ipynb #7d3e5a10
+def block_times(r, G: int, d: int = 64, layout: str = "user", seed: int = 0) -> np.ndarray:
+    "Seconds of each block (row group, column group) of a G x G grid run alone on one thread, after a warm-up epoch."
+    from .kernels import _sgd_block
+    blk = dpmf.prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_groups=G, seed=seed, layout=layout)
+    P, Q, bu, bi = _init_factors(r, d, seed)
+    mu, lr, reg = np.float32(np.mean(r.rating)), np.float32(0.005), np.float32(0.02)
+    t = np.zeros((G, G))
+    old = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        for rep in range(2):     # the first pass warms caches and the factors; the second is timed
+            for k in range(G * G):
+                t0 = time.perf_counter()
+                _sgd_block(blk.user, blk.item, blk.rating, blk.ptr[k], blk.ptr[k + 1], P, Q, bu, bi, mu, lr, reg, reg, True)
+                t[k // G, k % G] = time.perf_counter() - t0
+    finally: numba.set_num_threads(old)
+    return t
+
+# %% ../nbs/91_bench.ipynb #2b9c8f41
+def strata_speedup(t: np.ndarray) -> float:
+    "sum t / sum over sub-epochs of the slowest block: the most G threads can gain under the stratum schedule."
+    G = t.shape[0]
+    strata = np.array([[t[g, (g + s) % G] for g in range(G)] for s in range(G)])
+    return float(t.sum() / strata.max(axis=1).sum())
+
+def free_block_speedup(t: np.ndarray, threads: int) -> float:
+    """sum t / makespan of LIBMF's rule on a B x B grid of block times `t`: a free thread takes an unprocessed block
+    whose row and column are idle (the longest such block first); one epoch, simulated event by event."""
+    B = t.shape[0]
+    todo, busy_rows, busy_cols = np.ones((B, B), bool), np.zeros(B, bool), np.zeros(B, bool)
+    running, clock = [], 0.0    # (finish time, row, col)
+    while todo.any() or running:
+        while len(running) < threads:
+            free = todo & ~busy_rows[:, None] & ~busy_cols[None, :]
+            if not free.any(): break
+            i, j = np.unravel_index(np.argmax(np.where(free, t, -1.0)), t.shape)
+            todo[i, j] = False; busy_rows[i] = busy_cols[j] = True
+            running.append((clock + t[i, j], i, j))
+        running.sort()
+        clock = running[0][0]
+        while running and running[0][0] == clock:     # release every block that ends now, then hand out new ones
+            _, i, j = running.pop(0)
+            busy_rows[i] = busy_cols[j] = False
+    return float(t.sum() / clock)
