@@ -20,7 +20,8 @@ from . import checks
 # %% auto #0
 __all__ = ['ENGINES', 'DPMF_ENGINES', 'DATASETS', 'NETFLIX_SHAPE', 'QUICK_SHAPE', 'EPOCHS_REPEATS', 'TARGETS', 'bench_dataset',
            'cache_sizes', 'machine_info', 'perf_counters_status', 'machine_load', 'stream_bandwidth', 'random_row_rate',
-           'compute_scaling', 'run_bench', 'bench_ratios', 'format_table', 'layout_study']
+           'compute_scaling', 'bench_subsample', 'run_bench', 'bench_ratios', 'format_table', 'layout_study',
+           'block_times', 'strata_speedup', 'free_block_speedup']
 
 # %% ../nbs/91_bench.ipynb #84d1a99f
 ENGINES = ("dpmf-sgd", "dpmf-sgd-parallel", "surprise-svd", "libmf")
@@ -30,7 +31,9 @@ NETFLIX_SHAPE = dict(n_users=480_189, n_items=17_770, n_ratings=20_000_000)
 QUICK_SHAPE = dict(n_users=600, n_items=300, n_ratings=20_000)
 # (epochs, repeats) per data set; anything else gets the `large` pair when > 1 M ratings.
 EPOCHS_REPEATS = {"ml-100k": (10, 5), "synthetic-netflix": (3, 2), "small": (5, 3), "large": (3, 2), "quick": (2, 1)}
-TARGETS = {"d": 64, "vs_surprise": 10.0, "vs_libmf": 2.0, "speedup": 1.7}
+TARGETS = {"d": 64, "vs_surprise": 10.0, "vs_libmf": 2.0, "speedup": 1.8,
+           "setup_epochs": 2.0,          # block-grid setup at most this many epochs (same threads)
+           "fit_vs_libmf": 0.5}          # whole fit (setup + epochs + evaluation) at most this share of LIBMF's
 
 # %% ../nbs/91_bench.ipynb #561fdeec
 def bench_dataset(name: str, seed: int = 0) -> "dpdata.Ratings":
@@ -242,13 +245,17 @@ def _bench_dpmf(r, d: int, threads: int, epochs: int, repeats: int, kernel: str 
                 _dpmf_epoch(kernel, r, state, P, Q, bu, bi, mu, lr, reg)
                 secs += time.perf_counter() - t0; cpu += time.process_time() - c0
             fits.append(secs); cpus.append(cpu)
+        t0 = time.perf_counter()
+        dpmf.predict_kernel(r.user, r.item, P, Q, bu, bi, mu, True, float(np.min(r.rating)), float(np.max(r.rating)))
+        eval_s = time.perf_counter() - t0
     finally: numba.set_num_threads(old)
     rmse = _sample_rmse(r, lambda u, i: mu + bu[u] + bi[i] + np.einsum("ij,ij->i", P[u], Q[i]))
     n_upd = epochs * len(r)
     return dict(engine="dpmf-sgd" if kernel == "serial" else "dpmf-sgd-parallel", threads=threads,
                 seconds=min(fits), updates_per_s=n_upd / min(fits), updates_per_s_median=n_upd / statistics.median(fits),
                 cpu_seconds=min(cpus), updates_per_cpu_s=n_upd / max(min(cpus), 1e-9),
-                compile_seconds=compile_s, jit_cache=jit_cache, setup_seconds=setup_s,
+                compile_seconds=compile_s, jit_cache=jit_cache, setup_seconds=setup_s, setup_s=setup_s,
+                fit_s=setup_s + min(fits) + eval_s, eval_s=eval_s, setup_epochs=setup_s / (min(fits) / epochs),
                 timing=f"kernel only, best of {repeats} fits of {epochs} epochs", train_rmse_sample=rmse,
                 layout="indirect shuffled order" if kernel == "serial" else f"{threads}x{threads} grid, layout={layout!r}")
 
@@ -288,18 +295,21 @@ def _bench_libmf(r, d: int, threads: int, epochs: int, repeats: int, reg: float 
     import ctypes
     mf = _libmf()
     X = np.column_stack([r.user, r.item, r.rating]).astype(np.float32) if X is None else X
-    def fit(iters, keep=False):
+    pairs = np.ascontiguousarray(X[:, :2])
+    def fit(iters, keep=False, evaluate=False):
         model = mf.MF(k=d, nr_threads=threads, nr_iters=iters, nr_bins=max(26, 2 * threads + 1), eta=eta,
                       lambda_p1=0.0, lambda_q1=0.0, lambda_p2=reg, lambda_q2=reg, quiet=True)
         secs, cpu, _ = _timed(lambda: model.fit(X))
         rmse = _sample_rmse(r, lambda u, i: model.predict(np.column_stack([u, i]).astype(np.float32))) if keep else None
+        eval_s = _timed(lambda: model.predict(pairs))[0] if evaluate else 0.0
         ptr = ctypes.pointer(model.model)
         mf.mf.mf_destroy_model(ctypes.byref(ptr))   # the binding never frees its model
-        return secs, cpu, rmse
+        return secs, cpu, rmse, eval_s
     one = [fit(1) for _ in range(repeats)]
-    many = [fit(epochs, keep=rep == repeats - 1) for rep in range(repeats)]
+    many = [fit(epochs, keep=rep == repeats - 1, evaluate=True) for rep in range(repeats)]
     timing = _marginal(len(r), epochs, [m[0] for m in many], [o[0] for o in one], [m[1] for m in many], [o[1] for o in one])
-    return dict(engine="libmf", threads=threads, **timing, compile_seconds=0.0, train_rmse_sample=many[-1][2])
+    return dict(engine="libmf", threads=threads, **timing, compile_seconds=0.0, train_rmse_sample=many[-1][2],
+                setup_s=timing["setup_seconds"], fit_s=min(m[0] + m[3] for m in many), eval_s=min(m[3] for m in many))
 
 # %% ../nbs/91_bench.ipynb #1825b862
 def _surprise_trainset(r):
@@ -326,12 +336,16 @@ def _bench_surprise(r, d: int, epochs: int, repeats: int, trainset, lr: float = 
     return dict(engine="surprise-svd", threads=1, **timing, compile_seconds=0.0,
                 train_rmse_sample=_sample_rmse(r, predict, n=5_000))
 
+def bench_subsample(r, max_ratings: int, seed: int = 0):
+    "`r` itself, or a uniform random subsample of `max_ratings` of its ratings (same users and items), seeded."
+    return r if len(r) <= max_ratings else r.take(np.sort(np.random.default_rng(seed).choice(len(r), max_ratings, replace=False)))
+
 def _surprise_row(r, d: int, epochs: int, repeats: int, seed: int, max_ratings: int) -> dict:
     "Surprise's row: its trainset from `r` (or a uniform subsample of `max_ratings`), built untimed, then `_bench_surprise`."
-    sub = r if len(r) <= max_ratings else r.take(np.sort(np.random.default_rng(seed).choice(len(r), max_ratings, replace=False)))
+    sub = bench_subsample(r, max_ratings, seed)
     t0 = time.perf_counter(); trainset = _surprise_trainset(sub); trainset_s = time.perf_counter() - t0
     row = _bench_surprise(sub, d, epochs, repeats, trainset, seed=seed)
-    row.update(n_ratings=len(sub), trainset_seconds=trainset_s,
+    row.update(n_ratings=len(sub), trainset_seconds=trainset_s, setup_s=trainset_s, fit_s=trainset_s + row["seconds"],
                subsample=None if sub is r else f"uniform random {len(sub):,} of {len(r):,} ratings (seed {seed})")
     return row
 
@@ -480,7 +494,7 @@ def run_bench(datasets=DATASETS,  # names ('ml-100k', 'synthetic-netflix', 'quic
               epochs: int | None = None,  # epochs per timed fit, at least 2 (default: `EPOCHS_REPEATS` of the data set)
               repeats: int | None = None,  # timed repeats, the best kept (default: `EPOCHS_REPEATS` of the data set)
               quick: bool = False,  # the small synthetic 'quick' set, d = 8, 2 epochs, 1 repeat, no limits (for tests)
-              surprise_max_ratings: int = 1_000_000,  # Surprise runs on a uniform subsample of at most this many ratings
+              surprise_max_ratings: int = 1_000_000,  # larger sets: Surprise and dpmf (one thread) also run on a subsample this size
               limits: bool = True,  # also measure stream bandwidth, random-row rate and compute scaling
               dpmf_layout: str | None = None,  # order inside a block of the parallel kernel, 'random' or 'user' (default: `PMF`'s)
               seed: int = 0,  # seed of the synthetic data, the factors and the Surprise subsample
@@ -498,7 +512,7 @@ def run_bench(datasets=DATASETS,  # names ('ml-100k', 'synthetic-netflix', 'quic
     _check_args(datasets, ds, engines, threads, epochs, repeats, surprise_max_ratings, engine_timeout, seed)
     dpmf_layout = checks.check_choice("dpmf_layout", dpmf.PMF().layout if dpmf_layout is None else dpmf_layout, ("random", "user"))
     runnable = _runnable(engines)
-    rows, bar = [], tqdm(total=len(datasets) * len(ds) * sum(len(_threads_for(e, threads)) for e in runnable),
+    rows, bar = [], tqdm(total=len(datasets) * len(ds) * sum(len(_threads_for(e, threads)) for e in runnable if e != "surprise-svd"),
                          desc="bench", disable=not progress)
     try:
         for spec in datasets:
@@ -506,16 +520,25 @@ def run_bench(datasets=DATASETS,  # names ('ml-100k', 'synthetic-netflix', 'quic
             r = bench_dataset(spec, seed=seed) if isinstance(spec, str) else spec
             name = spec if isinstance(spec, str) else r.name
             E, R = _epochs_repeats(r, name, epochs, repeats, quick)
-            rows += _dataset_rows(r, name, E, R, ds, runnable, threads, bar, limits, seed, dpmf_layout,
+            sub = bench_subsample(r, surprise_max_ratings, seed) if "surprise-svd" in runnable else r
+            full = [e for e in runnable if sub is r or e != "surprise-svd"]
+            rows += _dataset_rows(r, name, E, R, ds, full, threads, bar, limits, seed, dpmf_layout,
                                   surprise_max_ratings, engine_timeout)
+            if sub is not r:   # Surprise cannot take it all: time it, and dpmf on one thread, on the same subsample
+                same = [e for e in runnable if e in (*DPMF_ENGINES, "surprise-svd")]
+                bar.total += len(ds) * len(same); bar.refresh()
+                note = f"uniform random {len(sub):,} of {len(r):,} ratings (seed {seed}), the same for every engine"
+                rows += [{**row, "subsample": note} for row in _dataset_rows(
+                    sub, f"{name}[{len(sub) / 1e6:g}M]", E, R, ds, same, (1,), bar, False, seed, dpmf_layout,
+                    surprise_max_ratings, engine_timeout)]
     finally: bar.close()
     return rows
 
 # %% ../nbs/91_bench.ipynb #67006a6c
-def _rate(rows, dataset, d, engines, threads, key="updates_per_s"):
+def _rate(rows, dataset, d, engines, threads, key="updates_per_s", best=max):
     vals = [r[key] for r in rows if r["dataset"] == dataset and r["d"] == d
             and r["engine"] in engines and r["threads"] == threads and r.get(key) is not None]
-    return max(vals) if vals else None
+    return best(vals) if vals else None
 
 def bench_ratios(rows: list[dict]) -> list[dict]:
     """One dict per (dataset, d) with the ratios judged against `TARGETS` (None where a side is
@@ -538,7 +561,10 @@ def bench_ratios(rows: list[dict]) -> list[dict]:
                         libmf_speedup=div(rate(("libmf",), tN), rate(("libmf",), 1)),
                         dpmf_vs_surprise_cpu=div(dp1c, rate(("surprise-svd",), 1, "updates_per_cpu_s")),
                         dpmf_vs_libmf_1_cpu=div(dp1c, rate(("libmf",), 1, "updates_per_cpu_s")),
-                        compute_scaling=rate(DPMF_ENGINES, tN, "compute_scaling")))
+                        compute_scaling=rate(DPMF_ENGINES, tN, "compute_scaling"),
+                        setup_epochs=_rate(rows, dataset, d, ("dpmf-sgd-parallel",), tN or 1, "setup_epochs", min),
+                        fit_vs_libmf=div(_rate(rows, dataset, d, ("dpmf-sgd-parallel",), tN or 1, "fit_s", min),
+                                         _rate(rows, dataset, d, ("libmf",), tN or 1, "fit_s", min))))
     return out
 
 # %% ../nbs/91_bench.ipynb #49b4d7c6
@@ -549,7 +575,7 @@ def _millions(x): return None if x is None else x / 1e6
 
 def format_table(rows: list[dict]) -> str:
     "The rows as a text table (M updates/s), then the ratios per (dataset, d) with the targets at d = 64."
-    head = f"{'dataset':<18} {'d':>4} {'thr':>3} {'engine':<18} {'E':>3} {'ratings':>11} {'seconds':>8} {'M upd/s':>8} {'median':>8} {'compile s':>9}  note"
+    head = f"{'dataset':<18} {'d':>4} {'thr':>3} {'engine':<18} {'E':>3} {'ratings':>11} {'seconds':>8} {'M upd/s':>8} {'median':>8} {'setup s':>8} {'fit s':>8} {'compile s':>9}  note"
     lines = [head, "-" * len(head)]
     order = {e: k for k, e in enumerate(ENGINES)}
     for r in sorted(rows, key=lambda r: (str(r["dataset"]), r["d"], r["threads"], order.get(r["engine"], 99), r["engine"])):
@@ -563,11 +589,13 @@ def format_table(rows: list[dict]) -> str:
         note = "; ".join(note)
         lines.append(f"{str(r['dataset']):<18} {r['d']:>4} {r['threads']:>3} {r['engine']:<18} {r.get('epochs', ''):>3} "
                      f"{r.get('n_ratings', 0):>11,} {_fmt(r.get('seconds'), '.3f'):>8} {_fmt(_millions(r.get('updates_per_s'))):>8} "
-                     f"{_fmt(_millions(r.get('updates_per_s_median'))):>8} {_fmt(r.get('compile_seconds'), '.2f'):>9}  {note}")
+                     f"{_fmt(_millions(r.get('updates_per_s_median'))):>8} {_fmt(r.get('setup_s'), '.3f'):>8} {_fmt(r.get('fit_s'), '.2f'):>8} "
+                     f"{_fmt(r.get('compile_seconds'), '.2f'):>9}  {note}")
     lines += ["", "ratios (best dpmf engine; x = times faster; cpu = per CPU-second)",
               f"{'dataset':<18} {'d':>4} {'vs surprise 1t':>15} {'(cpu)':>6} {'vs libmf 1t':>12} {'(cpu)':>6} {'vs libmf all':>12} "
-              f"{'speed-up 1->all':>16} {'parallel 1->all':>16} {'libmf 1->all':>13} {'machine 1->all':>15}"]
+              f"{'speed-up 1->all':>16} {'parallel 1->all':>16} {'libmf 1->all':>13} {'machine 1->all':>15} {'setup/epoch':>12} {'fit vs libmf':>13}"]
     mark = lambda x, target, on: "" if x is None or not on else (" ok" if x >= target else " MISS")
+    at_most = lambda x, target, on: "" if x is None or not on else (" ok" if x <= target else " MISS")
     for q in bench_ratios(rows):
         on = q["d"] == TARGETS["d"]
         lines.append(f"{str(q['dataset']):<18} {q['d']:>4} "
@@ -576,9 +604,12 @@ def format_table(rows: list[dict]) -> str:
                      f"{_fmt(q['dpmf_vs_libmf_1']) + mark(q['dpmf_vs_libmf_1'], TARGETS['vs_libmf'], on):>12} "
                      f"{_fmt(q['dpmf_vs_libmf_1_cpu']):>6} {_fmt(q['dpmf_vs_libmf_all']):>12} "
                      f"{_fmt(q['speedup']) + mark(q['speedup'], TARGETS['speedup'], on):>16} "
-                     f"{_fmt(q['parallel_scaling']):>16} {_fmt(q['libmf_speedup']):>13} {_fmt(q['compute_scaling']):>15}")
+                     f"{_fmt(q['parallel_scaling']):>16} {_fmt(q['libmf_speedup']):>13} {_fmt(q['compute_scaling']):>15} "
+                     f"{_fmt(q['setup_epochs']) + at_most(q['setup_epochs'], TARGETS['setup_epochs'], on):>12} "
+                     f"{_fmt(q['fit_vs_libmf']) + at_most(q['fit_vs_libmf'], TARGETS['fit_vs_libmf'], on):>13}")
     lines.append(f"targets at d = {TARGETS['d']}: >= {TARGETS['vs_surprise']:g}x Surprise and >= {TARGETS['vs_libmf']:g}x libmf "
-                 f"on one thread; >= {TARGETS['speedup']:g}x from 1 to 2 threads")
+                 f"on one thread; >= {TARGETS['speedup']:g}x from 1 to 2 threads; block-grid setup <= {TARGETS['setup_epochs']:g} epochs; "
+                 f"whole fit <= {TARGETS['fit_vs_libmf']:g}x LIBMF's (all at the most threads of the run)")
     return "\n".join(lines)
 
 # %% ../nbs/91_bench.ipynb #be42fd45
@@ -608,3 +639,49 @@ def layout_study(r, d: int = 64, epochs: int = 1, repeats: int = 2, grid: int = 
                             updates_per_cpu_s=epochs * len(r) / best_cpu, bytes_per_update=16 * d + 12))
     finally: numba.set_num_threads(old)
     return out
+
+# %% ../nbs/91_bench.ipynb #7d3e5a10
+def block_times(r, G: int, d: int = 64, layout: str = "user", seed: int = 0) -> np.ndarray:
+    "Seconds of each block (row group, column group) of a G x G grid run alone on one thread, after a warm-up epoch."
+    from .kernels import _sgd_block
+    blk = dpmf.prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_groups=G, seed=seed, layout=layout)
+    P, Q, bu, bi = _init_factors(r, d, seed)
+    mu, lr, reg = np.float32(np.mean(r.rating)), np.float32(0.005), np.float32(0.02)
+    t = np.zeros((G, G))
+    old = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        for rep in range(2):     # the first pass warms caches and the factors; the second is timed
+            for k in range(G * G):
+                t0 = time.perf_counter()
+                _sgd_block(blk.user, blk.item, blk.rating, blk.ptr[k], blk.ptr[k + 1], P, Q, bu, bi, mu, lr, reg, reg, True)
+                t[k // G, k % G] = time.perf_counter() - t0
+    finally: numba.set_num_threads(old)
+    return t
+
+# %% ../nbs/91_bench.ipynb #2b9c8f41
+def strata_speedup(t: np.ndarray) -> float:
+    "sum t / sum over sub-epochs of the slowest block: the most G threads can gain under the stratum schedule."
+    G = t.shape[0]
+    strata = np.array([[t[g, (g + s) % G] for g in range(G)] for s in range(G)])
+    return float(t.sum() / strata.max(axis=1).sum())
+
+def free_block_speedup(t: np.ndarray, threads: int) -> float:
+    """sum t / makespan of LIBMF's rule on a B x B grid of block times `t`: a free thread takes an unprocessed block
+    whose row and column are idle (the longest such block first); one epoch, simulated event by event."""
+    B = t.shape[0]
+    todo, busy_rows, busy_cols = np.ones((B, B), bool), np.zeros(B, bool), np.zeros(B, bool)
+    running, clock = [], 0.0    # (finish time, row, col)
+    while todo.any() or running:
+        while len(running) < threads:
+            free = todo & ~busy_rows[:, None] & ~busy_cols[None, :]
+            if not free.any(): break
+            i, j = np.unravel_index(np.argmax(np.where(free, t, -1.0)), t.shape)
+            todo[i, j] = False; busy_rows[i] = busy_cols[j] = True
+            running.append((clock + t[i, j], i, j))
+        running.sort()
+        clock = running[0][0]
+        while running and running[0][0] == clock:     # release every block that ends now, then hand out new ones
+            _, i, j = running.pop(0)
+            busy_rows[i] = busy_cols[j] = False
+    return float(t.sum() / clock)

@@ -252,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     "The `dpmf` argument parser with its subcommands."
     common = _global_options()
     fmt = argparse.RawDescriptionHelpFormatter
-    top = _Parser(prog="dpmf", parents=[common], formatter_class=fmt,
+    top = _Parser(prog="dpmf", parents=[common], formatter_class=fmt, allow_abbrev=False,
                   description="dpmf-lit: differentially private matrix factorization, literate and reproducible.",
                   epilog="Run 'dpmf COMMAND --help' for the options of each command.")
     sub = top.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 # OMP_WAIT_POLICY=PASSIVE is set by dpmf_lit.settings, imported (via .data) before any numba parallel code runs.
 from typing import NamedTuple
+import numba
 import numpy as np
 from numba import njit, prange, types
 from numba.core import cgutils
@@ -19,8 +20,9 @@ import llvmlite.binding, llvmlite.ir as llir
 import dpmf_lit.data   # noqa: F401  (sets the OpenMP wait policy before the first parallel kernel)
 
 # %% auto #0
-__all__ = ['PREFETCH_AHEAD', 'prefetch_row', 'prefetch_item', 'sgd_epoch', 'SGDBlocks', 'prepare_sgd_blocks',
-           'sgd_epoch_parallel', 'mf_gradient', 'gd_step', 'to_csr', 'als_sweep', 'predict_kernel']
+__all__ = ['PREFETCH_AHEAD', 'SUB_BUCKET', 'prefetch_row', 'prefetch_item', 'sgd_epoch', 'SGDBlocks', 'shuffle_segments',
+           'scatter_by_key', 'prepare_sgd_blocks', 'sgd_epoch_parallel', 'mf_gradient', 'gd_step', 'to_csr',
+           'als_sweep', 'predict_kernel']
 
 # %% ../nbs/01a_kernels.ipynb #14b3f908
 _JIT = dict(cache=True, fastmath=True, boundscheck=False, nogil=True, error_model="numpy")
@@ -119,18 +121,100 @@ class SGDBlocks(NamedTuple):
     def n_groups(self) -> int: return math.isqrt(len(self.ptr) - 1)
 
 # %% ../nbs/01a_kernels.ipynb #df799b0d
-def _balanced_groups(counts: np.ndarray, n_groups: int, rng: np.random.Generator) -> np.ndarray:
-    "Group of each row: rows in random order, heaviest first, each to the currently lightest group."
-    n = len(counts)
-    perm = rng.permutation(n)
-    order = perm[np.argsort(-counts[perm], kind="stable")]
-    group = np.empty(n, np.int64)
+@njit(cache=True, nogil=True)
+def _greedy_groups(order, counts, n_groups):
+    "Rows in `order`, each to the currently lightest group (the first on ties); returns the group of each row."
+    group = np.empty(order.shape[0], np.int32)
     load = np.zeros(n_groups, np.int64)
-    for r in order:  # O(n * G) with small G; fine for millions of rows at G <= 16
-        g = int(np.argmin(load))
+    for r in order:
+        g = 0
+        for h in range(1, n_groups):
+            if load[h] < load[g]: g = h
         group[r] = g
         load[g] += counts[r]
     return group
+
+def _balanced_groups(counts: np.ndarray, n_groups: int, rng: np.random.Generator) -> np.ndarray:
+    "Group of each row: rows in random order, heaviest first, each to the currently lightest group."
+    perm = rng.permutation(len(counts))
+    return _greedy_groups(perm[np.argsort(-counts[perm], kind="stable")], counts.astype(np.int64), n_groups)
+
+# %% ../nbs/01a_kernels.ipynb #5be0a7d1
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+@njit(inline="always")
+def _mix64(z):
+    "The splitmix64 finaliser: a bijection of uint64 whose outputs on a counter pass as independent uniform draws."
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+@njit(inline="always")
+def _below(x, m):
+    "A draw in [0, m) from the uint64 draw x (53-bit uniform times m, rounded down)."
+    return min(int(np.float64(x >> np.uint64(11)) * 2.0 ** -53 * m), m - 1)
+
+@njit(parallel=True, **_JIT)
+def shuffle_segments(user, item, rating, ptr, seed):
+    "Shuffle (user, item, rating) in place within each segment [ptr[s], ptr[s+1]): Fisher-Yates, stream s of `seed`."
+    for s in prange(ptr.shape[0] - 1):
+        start = ptr[s]
+        state = _mix64(np.uint64(seed) ^ _mix64(np.uint64(s) + _GOLDEN))
+        for k in range(ptr[s + 1] - 1, start, -1):
+            state += _GOLDEN
+            j = start + _below(_mix64(state), k - start + 1)
+            user[k], user[j] = user[j], user[k]
+            item[k], item[j] = item[j], item[k]
+            rating[k], rating[j] = rating[j], rating[k]
+
+# %% ../nbs/01a_kernels.ipynb #3f1a9c55
+@njit(parallel=True, **_JIT)
+def scatter_by_key(key, n_keys, user, item, rating, n_chunks):
+    """Stable counting sort of (user, item, rating) by `key` in [0, n_keys), in `n_chunks` parallel chunks:
+    new int32, int32, float32 arrays and ptr (int64, n_keys + 1) with key q at [ptr[q], ptr[q+1])."""
+    n = key.shape[0]
+    offset = np.zeros((n_chunks, n_keys), np.int64)
+    for c in prange(n_chunks):
+        for k in range(c * n // n_chunks, (c + 1) * n // n_chunks): offset[c, key[k]] += 1
+    ptr = np.empty(n_keys + 1, np.int64)
+    total = 0
+    for q in range(n_keys):     # exclusive prefix sum, key-major: chunk c writes after chunks < c
+        ptr[q] = total
+        for c in range(n_chunks):
+            m = offset[c, q]; offset[c, q] = total; total += m
+    ptr[n_keys] = total
+    u = np.empty(n, np.int32); i = np.empty(n, np.int32); r = np.empty(n, np.float32)
+    for c in prange(n_chunks):
+        for k in range(c * n // n_chunks, (c + 1) * n // n_chunks):
+            p = offset[c, key[k]]; offset[c, key[k]] = p + 1
+            u[p] = user[k]; i[p] = item[k]; r[p] = rating[k]
+    return u, i, r, ptr
+
+# %% ../nbs/01a_kernels.ipynb #b81e0d6a
+@njit(parallel=True, **_JIT)
+def _bincount(x, n, n_chunks):
+    "np.bincount(x, minlength=n) in parallel chunks (int64)."
+    part = np.zeros((n_chunks, n), np.int64)
+    m = x.shape[0]
+    for c in prange(n_chunks):
+        for k in range(c * m // n_chunks, (c + 1) * m // n_chunks): part[c, x[k]] += 1
+    return part.sum(axis=0)
+
+@njit(parallel=True, **_JIT)
+def _rank_keys(user, rank):
+    "rank[user[k]] for every rating k (int32)."
+    out = np.empty(user.shape[0], np.int32)
+    for k in prange(user.shape[0]): out[k] = rank[user[k]]
+    return out
+
+@njit(parallel=True, **_JIT)
+def _block_keys(user, item, user_group, item_group, G, n_sub, seed):
+    "(block of rating k) * n_sub + its sub-bucket, a draw in [0, n_sub) from stream k of `seed` (int32)."
+    out = np.empty(user.shape[0], np.int32)
+    for k in prange(user.shape[0]):
+        sub = _below(_mix64(np.uint64(seed) ^ _mix64(np.uint64(k) + _GOLDEN)), n_sub) if n_sub > 1 else 0
+        out[k] = (user_group[user[k]] * G + item_group[item[k]]) * n_sub + sub
+    return out
 
 # %% ../nbs/01a_kernels.ipynb #0382c79c
 def _check_arrays(user, item, rating):
@@ -139,6 +223,8 @@ def _check_arrays(user, item, rating):
         raise ValueError(f"user, item, rating must be 1-d arrays of equal length; got shapes "
                          f"{user.shape}, {item.shape}, {rating.shape}")
     return user, item, rating
+
+SUB_BUCKET = 2**14   # ratings per sub-bucket of the random layout's shuffle (fits in L2)
 
 def prepare_sgd_blocks(user, item, rating, n_users: int, n_items: int, n_threads: int = 1, seed: int = 0,
                        n_groups: int | None = None, layout: str = "random") -> SGDBlocks:
@@ -153,20 +239,20 @@ def prepare_sgd_blocks(user, item, rating, n_users: int, n_items: int, n_threads
         raise ValueError(f"user codes must lie in [0, n_users={n_users})")
     if len(item) and (item.min() < 0 or item.max() >= n_items):
         raise ValueError(f"item codes must lie in [0, n_items={n_items})")
-    rng = np.random.default_rng(seed)
-    ug = _balanced_groups(np.bincount(user, minlength=n_users), G, rng)
-    ig = _balanced_groups(np.bincount(item, minlength=n_items), G, rng)
-    block = ug[user] * G + ig[item]
-    tiebreak = rng.permutation(len(user))
-    if layout == "random":
-        order = np.lexsort((tiebreak, block))
-    else:
-        urank = rng.permutation(n_users)
-        order = np.lexsort((tiebreak, urank[user], block))
-    ptr = np.zeros(G * G + 1, np.int64)
-    ptr[1:] = np.cumsum(np.bincount(block, minlength=G * G))
-    return SGDBlocks(np.ascontiguousarray(user[order], np.int32), np.ascontiguousarray(item[order], np.int32),
-                     np.ascontiguousarray(rating[order], np.float32), ptr)
+    rng, chunks = np.random.default_rng(seed), numba.get_num_threads()
+    user, item = np.ascontiguousarray(user, np.int32), np.ascontiguousarray(item, np.int32)
+    rating = np.ascontiguousarray(rating, np.float32)
+    ug = _balanced_groups(_bincount(user, n_users, chunks), G, rng)
+    ig = _balanced_groups(_bincount(item, n_items, chunks), G, rng)
+    if layout == "user":
+        rank, seed2 = rng.permutation(n_users).astype(np.int32), int(rng.integers(2**63))
+        user, item, rating, by_user = scatter_by_key(_rank_keys(user, rank), n_users, user, item, rating, chunks)
+        shuffle_segments(user, item, rating, by_user, seed2)
+        return SGDBlocks(*scatter_by_key(_block_keys(user, item, ug, ig, G, 1, 0), G * G, user, item, rating, chunks))
+    seed2, n_sub = int(rng.integers(2**63)), max(1, len(user) // (G * G * SUB_BUCKET))
+    u, i, r, ptr = scatter_by_key(_block_keys(user, item, ug, ig, G, n_sub, seed2), G * G * n_sub, user, item, rating, chunks)
+    shuffle_segments(u, i, r, ptr, seed2)
+    return SGDBlocks(u, i, r, np.ascontiguousarray(ptr[::n_sub]))
 
 # %% ../nbs/01a_kernels.ipynb #9598de12
 @njit(**_JIT)

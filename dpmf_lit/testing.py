@@ -12,7 +12,8 @@ import numpy as np
 
 # %% auto #0
 __all__ = ['ACCEPT', 'REJECT', 'tiny_problem', 'small_split', 'ks_p', 'independence_p', 'sgd_reference', 'blocks_visit_order',
-           'objective_reference', 'gradient_reference', 'als_reference']
+           'balanced_groups_reference', 'shuffle_reference', 'blocks_reference', 'objective_reference',
+           'gradient_reference', 'als_reference']
 
 # %% ../nbs/96_testing.ipynb #6f704b2d
 def tiny_problem(n_users: int = 30,      # users (rows of U)
@@ -76,6 +77,59 @@ def blocks_visit_order(ptr):
     G = math.isqrt(len(ptr) - 1)
     blocks = [g * G + (g + s) % G for s in range(G) for g in range(G)]
     return np.concatenate([np.arange(ptr[k], ptr[k + 1]) for k in blocks])
+
+# %% ../nbs/96_testing.ipynb #a7c41b20
+def balanced_groups_reference(counts, n_groups: int, rng):
+    "Group of each row: rows in random order, heaviest first, each to the currently lightest (first) group."
+    perm = rng.permutation(len(counts))
+    group, load = np.empty(len(counts), np.int64), np.zeros(n_groups, np.int64)
+    for r in perm[np.argsort(-counts[perm], kind="stable")]:
+        g = int(np.argmin(load)); group[r] = g; load[g] += counts[r]
+    return group
+
+_M64 = (1 << 64) - 1
+def _mix64_reference(z: int) -> int:
+    "splitmix64's finaliser on Python ints."
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+def _stream_reference(seed: int, s: int) -> int: return _mix64_reference(seed ^ _mix64_reference((s + 0x9E3779B97F4A7C15) & _M64))
+def _below_reference(x: int, m: int) -> int: return min(int(float(x >> 11) * 2.0 ** -53 * m), m - 1)
+
+# %% ../nbs/96_testing.ipynb #c5e93b02
+def shuffle_reference(arrays, ptr, seed: int):
+    "Fisher-Yates inside each segment [ptr[s], ptr[s+1]) with stream s of `seed`, as `shuffle_segments`; new arrays."
+    arrays = [a.copy() for a in arrays]
+    for s in range(len(ptr) - 1):
+        start, state = int(ptr[s]), _stream_reference(seed, s)
+        for k in range(int(ptr[s + 1]) - 1, start, -1):
+            state = (state + 0x9E3779B97F4A7C15) & _M64
+            j = start + _below_reference(_mix64_reference(state), k - start + 1)
+            for a in arrays: a[[k, j]] = a[[j, k]]
+    return arrays
+
+def blocks_reference(user, item, rating, n_users: int, n_items: int, G: int, seed: int = 0, layout: str = "random",
+                     sub_bucket: int = 2**14):
+    "(user, item, rating, ptr) of the G x G block grid in visit order that `prepare_sgd_blocks` promises, by argsort."
+    rng = np.random.default_rng(seed)
+    ug = balanced_groups_reference(np.bincount(user, minlength=n_users), G, rng)
+    ig = balanced_groups_reference(np.bincount(item, minlength=n_items), G, rng)
+    arrays = [np.asarray(user, np.int32), np.asarray(item, np.int32), np.asarray(rating, np.float32)]
+    if layout == "user":
+        rank, seed2 = rng.permutation(n_users), int(rng.integers(2**63))
+        o = np.argsort(rank[arrays[0]], kind="stable")
+        arrays = shuffle_reference([a[o] for a in arrays], np.concatenate([[0], np.cumsum(np.bincount(rank[arrays[0]], minlength=n_users))]), seed2)
+        n_sub, sub = 1, 0
+    else:
+        seed2, n_sub = int(rng.integers(2**63)), max(1, len(user) // (G * G * sub_bucket))
+        sub = np.array([_below_reference(_stream_reference(seed2, k), n_sub) for k in range(len(user))]) if n_sub > 1 else 0
+    key = (ug[arrays[0]] * G + ig[arrays[1]]) * n_sub + sub
+    o = np.argsort(key, kind="stable")
+    ptr = np.concatenate([[0], np.cumsum(np.bincount(key, minlength=G * G * n_sub))]).astype(np.int64)
+    arrays = [a[o] for a in arrays]
+    if layout == "random": arrays = shuffle_reference(arrays, ptr, seed2)
+    return (*arrays, ptr[::n_sub])
 
 # %% ../nbs/96_testing.ipynb #76cdba8a
 def _residual(user, item, rating, U, V, b, c, mu, use_bias):

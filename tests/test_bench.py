@@ -210,3 +210,34 @@ def test_reference_row_time_limit_grows_with_the_work():
 def test_bad_timeout_and_seed_are_named(kwargs, match):
     with pytest.raises(ValueError, match=match):
         run_bench(quick=True, progress=False, **kwargs)
+
+
+def test_rows_carry_setup_and_whole_fit_seconds(quick_rows):
+    for r in quick_rows:
+        if r["engine"] in ("dpmf-sgd-parallel", "libmf") and not r.get("error"):
+            assert r["fit_s"] > 0 and r["fit_s"] >= r["seconds"] * 0.99
+        if r["engine"] == "dpmf-sgd-parallel":   # whole fit = setup + the timed epochs + predicting every rating
+            assert r["fit_s"] == pytest.approx(r["setup_s"] + r["seconds"] + r["eval_s"])
+            assert r["setup_epochs"] == pytest.approx(r["setup_s"] / (r["seconds"] / r["epochs"]))
+
+
+def test_surprise_and_dpmf_are_timed_on_the_same_subsample():
+    rows = run_bench(quick=True, progress=False, surprise_max_ratings=5_000, engines=("dpmf-sgd", "surprise-svd", "libmf"))
+    full = [r for r in rows if r["dataset"] == "quick"]
+    sub = [r for r in rows if r["dataset"] != "quick"]
+    assert {r["engine"] for r in full} == {"dpmf-sgd", "libmf"}            # Surprise never on the full set
+    assert {r["engine"] for r in sub} == {"dpmf-sgd", "surprise-svd"} and {r["n_ratings"] for r in sub} == {5_000}
+    assert all("the same for every engine" in r["subsample"] for r in sub)
+    q = {x["dataset"]: x for x in bench_ratios(rows)}
+    assert q["quick"]["dpmf_vs_surprise"] is None and q[sub[0]["dataset"]]["dpmf_vs_surprise"] > 0
+
+
+def test_setup_and_whole_fit_ratios():
+    rows = _fake_rows()
+    for r in rows:
+        if r["engine"] == "dpmf-sgd-parallel": r.update(setup_epochs=1.5 if r["threads"] == 2 else 9.0, fit_s=10.0 * r["threads"])
+        if r["engine"] == "libmf": r.update(fit_s=50.0)
+    q = {x["d"]: x for x in bench_ratios(rows)}
+    assert q[64]["setup_epochs"] == 1.5 and q[64]["fit_vs_libmf"] == pytest.approx(20 / 50)   # at the most threads
+    ratio = [l for l in format_table(rows).split("\n\n")[1].splitlines() if l.startswith("toy") and l.split()[1] == "64"][0]
+    assert "1.50 ok" in ratio and "0.40 ok" in ratio

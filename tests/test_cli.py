@@ -227,3 +227,10 @@ def test_user_error_is_exit_2(monkeypatch, capsys):
     monkeypatch.setattr(data, "fetch_dataset", fail)
     assert cli.main(["data", "fetch", "ml-100k"]) == 2
     assert capsys.readouterr().err == "dpmf: error: no network: download ml-100k by hand into data/ml-100k\n"
+
+
+def test_bench_rank_option_is_not_mistaken_for_a_global_abbreviation(capsys):
+    "`--d` (the bench's ranks) once failed as an ambiguous prefix of the global --data-dir/--debug."
+    from dpmf_lit.cli import build_parser
+    args = build_parser().parse_args(["bench", "--quick", "--d", "8", "16"])
+    assert args.ds == [8, 16]
