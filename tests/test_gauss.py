@@ -213,3 +213,47 @@ def test_movielens_1m_fixture_is_used_whole(tmp_path):
     assert len(r) == len(pairs)                                       # the paper filters only Netflix and AnimeReco
     fit = GaussMF(n=3, J=3).fit(r)
     assert fit.U.shape == (r.n_users, 3)
+
+
+# ------------------------------------------------------------- paper-profile entries, end to end on fixtures
+def test_paper_profile_entries_run_on_fixtures(tmp_path, monkeypatch):
+    "The manifest's paper entries for Figs. 1-3 on ML-1M, Netflix and AnimeReco, run by `reproduce` on fixture files."
+    import json, shutil
+    from dpmf_lit.data import ratings_sha256
+    from dpmf_lit.reproduce import load_results, reproduce
+    from dpmf_lit.settings import load_settings
+    repo = Path(__file__).resolve().parents[1] / "nbs" / "experiments"
+    rng, data = np.random.default_rng(3), tmp_path / "data"
+    ml = counts_fixture(rng, 40, 60, rng.integers(20, 50, 40))
+    write(data / "ml-1m" / "ml-1m" / "ratings.dat", "".join(f"{u + 1}::{i + 1}::{rng.integers(1, 6)}::978300760\n" for u, i in ml))
+    nf, by_item = counts_fixture(rng, 230, 300, rng.integers(201, 240, 230)), {}
+    for u, i in nf: by_item.setdefault(i, []).append(u)
+    for i, us in by_item.items():                                   # the training_set layout: one file per movie
+        write(data / "netflix" / "training_set" / f"mv_{i + 1:07d}.txt", f"{i + 1}:\n" + "".join(f"{u + 1},{rng.integers(1, 6)},2005-01-01\n" for u in us))
+    an = counts_fixture(rng, 230, 300, rng.integers(205, 240, 230))
+    write(data / "anime" / "rating.csv", "user_id,anime_id,rating\n" + "".join(f"{u + 1},{i + 1},{rng.integers(1, 11)}\n" for u, i in an))
+    base = load_settings(data_dir=data)
+    from dpmf_lit.data import load_dataset
+    for name in ("ml-1m", "netflix", "anime"):
+        key = name.upper().replace("-", "_")
+        r = load_dataset(name, settings=base, verify=False, **({"keep_unrated": True} if name == "anime" else {}))
+        monkeypatch.setenv(f"DPMF_{key}_N_RATINGS", str(len(r))); monkeypatch.setenv(f"DPMF_{key}_SHA256", ratings_sha256(r))
+    doc = json.loads((repo / "manifest.json").read_text())
+    entries = [e for e in doc["entries"] if e["id"] in ("gauss-rmse-iterations", "gauss-rmse-iterations-netflix", "gauss-rmse-iterations-anime")]
+    for e in entries:
+        p = e["profiles"]["paper"]["parameters"]
+        if "slice_users" in p: p["slice_users"] = 225          # the paper draws 40,000 of 480,189 users; the fixture has 230
+        e["profiles"] = {"paper": e["profiles"]["paper"]}
+    exp = tmp_path / "exp"; exp.mkdir()
+    shutil.copy(repo / "gauss_rmse_iterations.ipynb", exp)
+    (exp / "manifest.json").write_text(json.dumps({"description": "fixture run", "entries": entries}))
+    monkeypatch.setenv("DPMF_DATA_DIR", str(data))
+    s = load_settings(figures_dir=tmp_path / "figures", build_dir=tmp_path / "build", results_file=tmp_path / "figures" / "results.json",
+                      manifest=exp / "manifest.json", data_dir=data)
+    summary = reproduce(profile="paper", settings=s, progress=False)
+    assert summary.exit_code == 0, str(summary)
+    res = load_results(s.results_file)
+    assert set(res) == {e["id"] for e in entries}
+    assert "mugdho-imtiaz" in res["gauss-rmse-iterations-netflix"]["numbers"]["dataset"]
+    assert "mugdho-imtiaz" in res["gauss-rmse-iterations-anime"]["numbers"]["dataset"]
+    assert (s.figures_dir / "gauss" / "gauss_rmse_iterations_anime.png").is_file()
