@@ -8,6 +8,7 @@ Modules:
 - `dpmf_lit.data`: The ratings data model, loaders of the published formats, data sets by name (fetched and verified), subsets, splits and a synthetic generator, in one namespace.
 - `dpmf_lit.datasets`: Data sets by name: where `settings.ini` says each one lives, fetching MovieLens 100K (GroupLens or the RecBole wheel on PyPI), verifying count and checksum, and loading.
 - `dpmf_lit.formats`: Loaders for the published rating files (MovieLens, Netflix Prize, Yahoo! Music, Anime): one strict grammar per format, parsed in one numba pass, and every refusal names the file and the line.
+- `dpmf_lit.gauss`: Alternating gradient descent with Gaussian noise on the user-profile gradient and Rényi-DP accounting, reproduced, checked and tightened.
 - `dpmf_lit.hua`: Plain MF for U, then a perturbed least-squares problem for V with U fixed: the closed form, the paper's gradient descent, the privacy proof worked twice, and where it holds.
 - `dpmf_lit.hua_protocol`: Users hold their own ratings and profiles; a third party sums masked gradients in Z_P; the recommender only ever sees noisy aggregates. A simulation with separate actors, exact fixed-point arithmetic, message and byte counts, and our verdict on each claim.
 - `dpmf_lit.kernels`: The numba kernels that minimise the PMF objective of `dpmf_lit.mf`: serial and block-parallel SGD with software prefetch, full-batch gradient descent, alternating least squares and prediction, each under its formula and checked against a plain numpy reference.

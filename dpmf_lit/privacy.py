@@ -20,9 +20,9 @@ from .mf import PrivacyReport
 __all__ = ['NEIGHBOURING', 'DEFAULT_ORDERS', 'check_positive', 'check_int', 'gaussian_noise', 'laplace_noise', 'gaussian_delta',
            'gaussian_epsilon', 'gaussian_sigma_analytic', 'gaussian_sigma_classic', 'laplace_mechanism',
            'gaussian_mechanism', 'l2_laplace_noise', 'gaussian_rdp', 'laplace_rdp', 'pure_dp_rdp', 'rdp_to_dp',
-           'mugdho_imtiaz_epsilon', 'classic_noise_multiplier', 'gaussian_epsilon_classic_optimum',
-           'gaussian_epsilon_exact', 'gaussian_epsilon_rdp', 'dp_accounting_rdp_epsilon', 'dp_accounting_pld_epsilon',
-           'ops_epsilon', 'ops_likelihood_scale', 'personalized_user_epsilon', 'PrivacySpec', 'pdp_privacy_spec',
+           'classic_noise_multiplier', 'gaussian_epsilon_classic_optimum', 'gaussian_epsilon_exact',
+           'gaussian_epsilon_rdp', 'dp_accounting_rdp_epsilon', 'dp_accounting_pld_epsilon', 'ops_epsilon',
+           'ops_likelihood_scale', 'personalized_user_epsilon', 'PrivacySpec', 'pdp_privacy_spec',
            'sampling_probability', 'pdp_sample', 'check_probabilities', 'pdp_report', 'PrivacyAccountant']
 
 # %% ../nbs/02_privacy.ipynb #7f6fdedf
@@ -195,13 +195,6 @@ def rdp_to_dp(rdp, delta: float, orders=None, conversion: str = "improved") -> t
     return max(0.0, float(eps[i])), float(a[i])
 
 # %% ../nbs/02_privacy.ipynb #6560933c
-def mugdho_imtiaz_epsilon(J: int, epsilon_i: float, delta: float, delta_r: float) -> float:
-    "Closed form eps_opt = rho + 2 sqrt(rho ln(1/delta_r)), rho = J eps_i^2 / (4 ln(1.25/delta)) (Mugdho & Imtiaz, Thm 2)."
-    J = check_int("J", J, 1)
-    e, d, dr = check_positive("epsilon_i", epsilon_i), _open_unit("delta", delta), _open_unit("delta_r", delta_r)
-    rho = J * e * e / (4 * math.log(1.25 / d))
-    return rho + 2 * math.sqrt(rho * math.log(1 / dr))
-
 def classic_noise_multiplier(epsilon: float, delta: float) -> float:
     "z = sqrt(2 ln(1.25/delta)) / epsilon, the classic calibration's sigma / sensitivity (epsilon < 1)."
     return gaussian_sigma_classic(epsilon, delta, 1.0)

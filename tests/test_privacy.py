@@ -12,6 +12,7 @@ from dp_accounting.pld import pld_privacy_accountant
 from dpmf_lit.data import Ratings
 from dpmf_lit.mf import PrivacyReport
 from dpmf_lit import privacy as P
+from dpmf_lit.gauss import mugdho_imtiaz_epsilon   # the closed form lives with its paper (nbs/06_gaussian_mf)
 
 N = 100_000          # draws per statistical test
 from dpmf_lit.testing import ACCEPT, REJECT, independence_p, ks_p
@@ -138,7 +139,7 @@ def test_classic_sigma_formula_and_refusal():
 @pytest.mark.parametrize("eps_i", [0.1, 0.5, 0.9])
 def test_closed_form_equals_classic_conversion_optimum(J, eps_i):
     z = P.classic_noise_multiplier(eps_i, 0.01)
-    closed = P.mugdho_imtiaz_epsilon(J, eps_i, 0.01, 1e-5)
+    closed = mugdho_imtiaz_epsilon(J, eps_i, 0.01, 1e-5)
     opt, alpha = P.gaussian_epsilon_classic_optimum(z, J, 1e-5)
     assert math.isclose(closed, opt, rel_tol=1e-8)
     rho = J * eps_i ** 2 / (4 * math.log(125))
@@ -377,8 +378,8 @@ BAD = [
     (lambda: P.gaussian_rdp(1.0, orders=[0.5, 2]), "orders"),
     (lambda: P.rdp_to_dp(np.zeros(3), 1e-5, orders=[2, 3]), "shape"),
     (lambda: P.rdp_to_dp(np.zeros(2), 1e-5, orders=[2, 3], conversion="best"), "conversion='best'"),
-    (lambda: P.mugdho_imtiaz_epsilon(0, 0.5, 0.01, 1e-5), "J=0"),
-    (lambda: P.mugdho_imtiaz_epsilon(10, 0.5, 0.01, 1.5), "delta_r=1.5"),
+    (lambda: mugdho_imtiaz_epsilon(0, 0.5, 0.01, 1e-5), "J=0"),
+    (lambda: mugdho_imtiaz_epsilon(10, 0.5, 0.01, 1.5), "delta_r=1.5"),
     (lambda: P.ops_epsilon(-1.0), "B=-1.0"),
     (lambda: P.ops_epsilon(1.0, "swap"), "neighbouring='swap'"),
     (lambda: P.personalized_user_epsilon([1, -0.5], 1.0), "weights[1]=-0.5"),
