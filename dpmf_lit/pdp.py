@@ -23,7 +23,7 @@ from .hua import (clip_rows, gd_item_factors, gd_step_sizes, item_normal_equatio
 __all__ = ['THRESHOLDS', 'DROPPED', 'SOLVERS', 'NOISE_READINGS', 'SENSITIVITIES', 'V_INITS', 'PrivacySpec', 'check_spec_params',
            'expected_mean_epsilon', 'pdp_privacy_spec', 'sampling_probability', 'check_threshold', 'pdp_sample',
            'check_probabilities', 'resolve_threshold', 'unit_rows', 'pmf_gd', 'sampled_ratings', 'dp_item_factors',
-           'amplified_epsilon', 'replace_epsilon', 'DPPMF', 'PDPPMF', 'per_rating_epsilon']
+           'amplified_epsilon', 'replace_epsilon', 'pdp_report', 'DPPMF', 'PDPPMF', 'per_rating_epsilon']
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp006
 @dataclass(frozen=True)
@@ -220,7 +220,22 @@ def replace_epsilon(pi, m_epsilon: float, m_replace: float) -> np.ndarray:
     c = math.exp(mr - m)                      # the worst relative weight of the 'dropped' branch (derivation above)
     return np.log(c * (1 - pi + pi * math.exp(m)) / (pi + (1 - pi) * c))
 
-# %% ../nbs/05_pdp_pmf.ipynb #pdp046
+# %% ../nbs/05_pdp_pmf.ipynb #pdp039
+def pdp_report(spec: PrivacySpec, t: float, released=("V",), notes: str = "") -> PrivacyReport:
+    """Privacy report of sample-then-t-DP (one rating present vs dropped): rating (i,j) gets min(epsilon_ij, t);
+    the report's epsilon is the worst case over ratings, min(max epsilon_ij, t) = t."""
+    t = check_threshold(spec, t)
+    e = spec.epsilon
+    per = np.minimum(e, t)
+    return PrivacyReport(released=tuple(released), unit="rating", epsilon=float(per.max()), delta=0.0,
+                         scope="worst case over ratings, one rating present vs dropped, if the mechanism run on the sample is "
+                               "t-DP for that pair; rating (i,j) itself has min(epsilon_ij, t); a replaced value: see replace_epsilon",
+                         method="personalized sampling (Jorgensen et al. 2015) + t-DP",
+                         notes=(f"personalized: rating (i,j) has min(epsilon_ij, t) in [{per.min():.4g}, {per.max():.4g}] "
+                                f"(mean {per.mean():.4g}; requested epsilon_ij mean {e.mean():.4g}); epsilon is the worst case; "
+                                f"t={t:.4g}. " + notes).strip())
+
+# %% ../nbs/05_pdp_pmf.ipynb #pdp049
 SENSITIVITIES, V_INITS = ("r_max", "range"), ("pmf", "zero")
 
 class _PMFObjective(Mechanism):
@@ -251,7 +266,7 @@ class _PMFObjective(Mechanism):
         "The pure-DP level of the perturbed phase whose noise is calibrated to eps: eps (one eta) or k2 eps (fresh eta)."
         return eps if self.noise == "fixed" else self.k2 * eps
 
-# %% ../nbs/05_pdp_pmf.ipynb #pdp047
+# %% ../nbs/05_pdp_pmf.ipynb #pdp050
 @register_mechanism("dp-pmf")
 class DPPMF(_PMFObjective):
     "Zhang et al.'s DP-PMF (Sec. 4): plain PMF for U (kept secret), then V from the objective perturbed by eta_j^T v_j (Eq. 8)."
@@ -274,7 +289,7 @@ class DPPMF(_PMFObjective):
         self.epsilon = check_positive("epsilon", epsilon)
         self._check_common(d, lam_u, lam_v, gamma, k1, k2, solver, noise, v_init, sensitivity, max_norm, seed)
 
-# %% ../nbs/05_pdp_pmf.ipynb #pdp048
+# %% ../nbs/05_pdp_pmf.ipynb #pdp051
 def _dp_report(self: DPPMF, train: Ratings) -> PrivacyReport:
     "The privacy report of a DP-PMF fit on `train`."
     Delta, m = self.Delta(train), self.m_epsilon(self.epsilon)
@@ -300,7 +315,7 @@ def _dp_fit(self: DPPMF, train: Ratings, progress: bool = False, U=None, V=None)
 
 DPPMF.report, DPPMF._fit = _dp_report, _dp_fit
 
-# %% ../nbs/05_pdp_pmf.ipynb #pdp050
+# %% ../nbs/05_pdp_pmf.ipynb #pdp053
 @register_mechanism("pdp-pmf")
 class PDPPMF(_PMFObjective):
     "Zhang et al.'s PDP-PMF (Sec. 5): per-rating eps_ij, Random Sampling (Alg. 1) with threshold t, then t-DP PMF (Alg. 2)."
@@ -342,7 +357,7 @@ class PDPPMF(_PMFObjective):
         "t for `spec`, checked against [min eps_ij, max eps_ij]."
         return resolve_threshold(spec, self.t, expected_mean_epsilon(self.f_c, self.f_m, self.eps_c, self.eps_m, self.eps_l))
 
-# %% ../nbs/05_pdp_pmf.ipynb #pdp051
+# %% ../nbs/05_pdp_pmf.ipynb #pdp054
 def per_rating_epsilon(self: PDPPMF, spec: PrivacySpec, t: float, rating_range: float, Delta: float) -> np.ndarray:
     """What each rating gets (V given U). 'zero': log(1 + pi (e^m - 1)), m = t or k2 t, for a rating set to 0 and
     (at most that) for a value replaced. 'remove': m (r_max - r_min)/Delta for a value replaced, no amplification."""
@@ -369,7 +384,7 @@ def _pdp_report(self: PDPPMF, train: Ratings, spec: PrivacySpec, t: float) -> Pr
 
 PDPPMF.per_rating_epsilon, PDPPMF.report = per_rating_epsilon, _pdp_report
 
-# %% ../nbs/05_pdp_pmf.ipynb #pdp052
+# %% ../nbs/05_pdp_pmf.ipynb #pdp055
 def _pdp_fit(self: PDPPMF, train: Ratings, progress: bool = False, spec: PrivacySpec | None = None, keep=None,
              U=None, V=None) -> Factors:
     "Fit on `train`; `spec`, `keep` (the sampling mask), `U`, `V` (from step 1 on the sample) may be given."
