@@ -20,10 +20,11 @@ from .hua import (clip_rows, gd_item_factors, gd_step_sizes, item_normal_equatio
                           sample_item_noise, solve_item_factors)
 
 # %% auto #0
-__all__ = ['THRESHOLDS', 'DROPPED', 'SOLVERS', 'NOISE_READINGS', 'SENSITIVITIES', 'V_INITS', 'PrivacySpec', 'check_spec_params',
-           'expected_mean_epsilon', 'pdp_privacy_spec', 'sampling_probability', 'check_threshold', 'pdp_sample',
-           'check_probabilities', 'resolve_threshold', 'unit_rows', 'pmf_gd', 'sampled_ratings', 'dp_item_factors',
-           'amplified_epsilon', 'replace_epsilon', 'pdp_report', 'DPPMF', 'PDPPMF', 'per_rating_epsilon']
+__all__ = ['THRESHOLDS', 'DROPPED', 'SOLVERS', 'NOISE_READINGS', 'SENSITIVITIES', 'V_INITS', 'READINGS', 'PrivacySpec',
+           'check_spec_params', 'expected_mean_epsilon', 'pdp_privacy_spec', 'sampling_probability', 'check_threshold',
+           'pdp_sample', 'check_probabilities', 'resolve_threshold', 'unit_rows', 'pmf_gd', 'sampled_ratings',
+           'dp_item_factors', 'amplified_epsilon', 'replace_epsilon', 'pdp_report', 'DPPMF', 'PDPPMF',
+           'per_rating_epsilon', 'cross_validate']
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp006
 @dataclass(frozen=True)
@@ -400,3 +401,16 @@ def _pdp_fit(self: PDPPMF, train: Ratings, progress: bool = False, spec: Privacy
                    privacy=self.report(train, spec, t), params=dict(t_value=t, kept_fraction=float(keep.mean())))
 
 PDPPMF._fit = _pdp_fit
+
+# %% ../nbs/05_pdp_pmf.ipynb #pdp060
+READINGS = {"(a) closed form": dict(noise="fixed", solver="closed"), "(a) gradient steps": dict(noise="fixed", solver="gd"),
+            "(b) fresh eta": dict(noise="fresh", solver="gd")}
+
+def cross_validate(ratings: Ratings, make, k: int = 10, seed: int = 0) -> dict:
+    "k-fold CV of the mechanism `make()` builds: {'rmse': per-fold RMSE, 'errors': all |r - r_hat| of the test folds}."
+    from dpmf_lit.splits import kfold
+    rmses, errors = [], []
+    for train, test in kfold(ratings, check_int("k", k, 2), seed):
+        e = np.abs(test.rating - make().fit(train).predict(test.user, test.item)).astype(np.float64)
+        rmses.append(math.sqrt(float(np.mean(e * e)))); errors.append(e)
+    return dict(rmse=np.array(rmses), errors=np.concatenate(errors))
