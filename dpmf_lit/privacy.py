@@ -1,6 +1,6 @@
 """Noise samplers, the Laplace, Gaussian and analytic-Gaussian mechanisms, L2-Laplace noise,
-Rényi-DP and PLD accounting, one-posterior-sample privacy,
-personalized privacy specifications, and a small accountant that writes the privacy report.
+Rényi-DP and PLD accounting, one-posterior-sample privacy, and a small accountant that writes the
+privacy report.
 
 Docs: https://dpmf-lit.github.io/dpmf-lit/privacy.html.md"""
 
@@ -22,8 +22,7 @@ __all__ = ['NEIGHBOURING', 'DEFAULT_ORDERS', 'check_positive', 'check_int', 'gau
            'gaussian_mechanism', 'l2_laplace_noise', 'gaussian_rdp', 'laplace_rdp', 'pure_dp_rdp', 'rdp_to_dp',
            'classic_noise_multiplier', 'gaussian_epsilon_classic_optimum', 'gaussian_epsilon_exact',
            'gaussian_epsilon_rdp', 'dp_accounting_rdp_epsilon', 'dp_accounting_pld_epsilon', 'ops_epsilon',
-           'ops_likelihood_scale', 'personalized_user_epsilon', 'PrivacySpec', 'pdp_privacy_spec',
-           'sampling_probability', 'pdp_sample', 'check_probabilities', 'pdp_report', 'PrivacyAccountant']
+           'ops_likelihood_scale', 'personalized_user_epsilon', 'PrivacyAccountant']
 
 # %% ../nbs/02_privacy.ipynb #7f6fdedf
 NEIGHBOURING = ("add_remove", "replace")
@@ -250,102 +249,6 @@ def personalized_user_epsilon(weights, base_epsilon: float) -> np.ndarray:
     bad = ~(np.isfinite(w) & (w >= 0))
     if bad.any(): raise ValueError(f"weights must be finite and >= 0; weights[{int(np.argmax(bad))}]={w.ravel()[np.argmax(bad.ravel())]}")
     return w * e
-
-# %% ../nbs/02_privacy.ipynb #b72c2c8d
-@dataclass(frozen=True)
-class PrivacySpec:
-    "Per-rating privacy levels epsilon[n] for rating n of a `Ratings` (a sparse n_users x n_items matrix)."
-    epsilon: np.ndarray
-    user: np.ndarray
-    item: np.ndarray
-    n_users: int
-    n_items: int
-
-    @classmethod
-    def for_ratings(cls, ratings: Ratings, epsilon) -> "PrivacySpec":
-        "Attach `epsilon` (scalar or one value per rating) to `ratings`, checking shape and values."
-        e = np.asarray(epsilon, dtype=np.float64)
-        if e.ndim == 0: e = np.full(len(ratings), float(e))
-        if e.shape != (len(ratings),):
-            raise ValueError(f"epsilon has shape {e.shape} but ratings has {len(ratings)} ratings; they must be aligned")
-        bad = ~(np.isfinite(e) & (e > 0))
-        if bad.any(): raise ValueError(f"epsilon must be finite and > 0; epsilon[{int(np.argmax(bad))}]={e[np.argmax(bad)]}")
-        return cls(e, ratings.user, ratings.item, ratings.n_users, ratings.n_items)
-
-    def __len__(self): return len(self.epsilon)
-
-    def take(self, idx) -> "PrivacySpec":
-        "The specification of the ratings at `idx` (use the same idx as `Ratings.take`)."
-        return PrivacySpec(self.epsilon[idx], self.user[idx], self.item[idx], self.n_users, self.n_items)
-
-    def to_sparse(self) -> sparse.csr_matrix:
-        "The n_users x n_items matrix of epsilon_ij (zero where there is no rating)."
-        return sparse.csr_matrix((self.epsilon, (self.user, self.item)), shape=(self.n_users, self.n_items))
-
-    def threshold(self, kind: str = "mean") -> float:
-        "The sampling threshold t: 'mean' (Zhang et al.'s default) or 'max' of epsilon_ij."
-        if kind not in ("mean", "max"): raise ValueError(f"kind={kind!r} must be 'mean' or 'max'")
-        return float(self.epsilon.mean() if kind == "mean" else self.epsilon.max())
-
-# %% ../nbs/02_privacy.ipynb #5f34b64a
-def pdp_privacy_spec(ratings: Ratings, f_c: float = 0.54, f_m: float = 0.37, eps_c: float = 0.1,
-                     eps_m: float = 0.2, eps_l: float = 1.0, seed=0) -> PrivacySpec:
-    """Zhang et al.'s generator: a random f_c of the ratings get eps ~ U[eps_c, eps_m), f_m get U[eps_m, eps_l),
-    the rest (f_l = 1 - f_c - f_m) get eps_l."""
-    for name, f in (("f_c", f_c), ("f_m", f_m)):
-        try: ok = 0 <= float(f) <= 1
-        except (TypeError, ValueError): ok = False
-        if not ok: raise ValueError(f"{name}={f!r} must be a number in [0, 1]")
-    f_c, f_m = float(f_c), float(f_m)
-    if f_c + f_m > 1 + 1e-12: raise ValueError(f"f_c + f_m = {f_c + f_m} must be <= 1")
-    eps_c, eps_m, eps_l = check_positive("eps_c", eps_c), check_positive("eps_m", eps_m), check_positive("eps_l", eps_l)
-    if not eps_c < eps_m < eps_l: raise ValueError(f"need eps_c < eps_m < eps_l, got {eps_c}, {eps_m}, {eps_l}")
-    g, n = _generator(seed), len(ratings)
-    n_c = int(round(f_c * n)); n_m = min(int(round(f_m * n)), n - n_c)
-    eps = np.full(n, eps_l)
-    eps[:n_c] = g.uniform(eps_c, eps_m, n_c)
-    eps[n_c:n_c + n_m] = g.uniform(eps_m, eps_l, n_m)
-    return PrivacySpec.for_ratings(ratings, eps[g.permutation(n)])
-
-# %% ../nbs/02_privacy.ipynb #7f996323
-def sampling_probability(epsilon, t: float) -> np.ndarray:
-    "pi(eps, t) = (e^eps - 1)/(e^t - 1) where eps < t, else 1 (Jorgensen et al. 2015; Zhang et al. Eq. 11)."
-    t = check_positive("t", t)
-    e = np.asarray(epsilon, dtype=np.float64)
-    bad = ~(np.isfinite(e) & (e > 0))
-    if bad.any(): raise ValueError(f"epsilon must be finite and > 0; got {e.ravel()[np.argmax(bad.ravel())]}")
-    return np.where(e < t, np.expm1(np.minimum(e, t)) / np.expm1(t), 1.0)
-
-def pdp_sample(spec: PrivacySpec, t: float, seed=0) -> np.ndarray:
-    "Boolean keep-mask: rating n kept with probability pi(epsilon[n], t); t must lie in [min eps, max eps]."
-    t = check_positive("t", t)
-    lo, hi = float(spec.epsilon.min()), float(spec.epsilon.max())
-    if not lo - 1e-12 <= t <= hi + 1e-12: raise ValueError(f"t={t} must lie in [min epsilon, max epsilon] = [{lo}, {hi}]")
-    return _generator(seed).random(len(spec)) < sampling_probability(spec.epsilon, t)
-
-def check_probabilities(p, name: str = "p") -> np.ndarray:
-    "Return p as a float array after checking 0 <= p <= 1 (ValueError naming the first bad entry)."
-    p = np.asarray(p, dtype=np.float64)
-    bad = ~((p >= 0) & (p <= 1))
-    if bad.any(): raise ValueError(f"{name} must be probabilities in [0, 1]; {name}[{int(np.argmax(bad.ravel()))}]={p.ravel()[np.argmax(bad.ravel())]}")
-    return p
-
-# %% ../nbs/02_privacy.ipynb #0a8ceed6
-def pdp_report(spec: PrivacySpec, t: float, released=("V",), notes: str = "") -> PrivacyReport:
-    """Privacy report of sample-then-t-DP (add/remove one rating): rating (i,j) gets min(epsilon_ij, t);
-    the report's epsilon is the worst case over ratings, min(max epsilon_ij, t) = t."""
-    t = check_positive("t", t)
-    e = spec.epsilon
-    lo, hi = float(e.min()), float(e.max())
-    if not lo - 1e-12 <= t <= hi + 1e-12: raise ValueError(f"t={t} must lie in [min epsilon, max epsilon] = [{lo}, {hi}]")
-    per = np.minimum(e, t)
-    return PrivacyReport(released=tuple(released), unit="rating", epsilon=float(per.max()), delta=0.0,
-                         scope="worst case over ratings, add/remove one rating, if the mechanism run on the sample is "
-                               "t-DP for add/remove; rating (i,j) itself has min(epsilon_ij, t); replace one rating: double it",
-                         method="personalized sampling (Jorgensen et al. 2015) + t-DP",
-                         notes=(f"personalized: rating (i,j) has min(epsilon_ij, t) in [{per.min():.4g}, {per.max():.4g}] "
-                                f"(mean {per.mean():.4g}; requested epsilon_ij mean {e.mean():.4g}); epsilon is the worst case; "
-                                f"t={t:.4g}; add/remove one rating (replace one: double it). " + notes).strip())
 
 # %% ../nbs/02_privacy.ipynb #58efdc81
 @dataclass

@@ -1,6 +1,6 @@
 """Tests of dpmf_lit.privacy: samplers against their target distributions (with a wrong-scale control that
 must be rejected), calibrations and accountants against exact formulas and Google's dp_accounting,
-the one-posterior-sample and personalized-sampling theorems on exact toy models, and input checks."""
+the one-posterior-sample theorem on exact toy models (personalized sampling: tests/test_pdp.py), and input checks."""
 import math
 
 import numpy as np
@@ -278,81 +278,6 @@ def test_tempered_weighted_posterior_gives_each_user_w_times_epsilon():
         assert per_user[i] - 1e-6 <= r <= per_user[i] + 1e-12
 
 
-# ---------------------------------------------------------------- personalized privacy
-def _ratings(n=100_000):
-    i = np.arange(n, dtype=np.int32)
-    return Ratings(i // 100, i % 100, np.ones(n, np.float32), n // 100, 100, 1.0, 5.0, "t")
-
-
-def test_pdp_generator_matches_paper_001():
-    r = _ratings()
-    s = P.pdp_privacy_spec(r, seed=3)
-    e = s.epsilon
-    assert len(s) == len(r) and s.to_sparse().shape == (r.n_users, r.n_items)
-    cons, mod, lib = e < 0.2, (e >= 0.2) & (e < 1.0), e == 1.0
-    assert cons.sum() == 54_000 and mod.sum() == 37_000 and lib.sum() == 9_000
-    assert e[cons].min() >= 0.1 and ks_p((e[cons] - 0.1) / 0.1, stats.uniform.cdf) > ACCEPT
-    assert ks_p((e[mod] - 0.2) / 0.8, stats.uniform.cdf) > ACCEPT
-    assert abs(s.threshold("mean") - 0.393) < 0.003 and s.threshold("max") == 1.0
-    s4 = P.pdp_privacy_spec(r, f_c=0.60, f_m=0.35, eps_m=0.4, seed=3)   # paper's Table 4: "0.445"
-    assert abs(s4.threshold("mean") - 0.445) < 0.003
-    # groups are randomly placed: group membership independent of position
-    assert independence_p(np.arange(len(r)).astype(float), e) > ACCEPT
-    assert np.array_equal(s.take(np.arange(10)).epsilon, e[:10])
-
-
-def test_sampling_probability_formula():
-    eps = np.array([0.1, 0.3, 0.5, 0.9])
-    np.testing.assert_allclose(P.sampling_probability(eps, 0.5), [np.expm1(0.1) / np.expm1(0.5), np.expm1(0.3) / np.expm1(0.5), 1, 1])
-
-
-def test_pdp_sample_keeps_each_rating_with_probability_pi():
-    r = _ratings()
-    s = P.pdp_privacy_spec(r, seed=4)
-    t = s.threshold("mean")
-    keep = P.pdp_sample(s, t, seed=5)
-    pi = P.sampling_probability(s.epsilon, t)
-    bins = np.digitize(pi, np.quantile(pi[pi < 1], [0.25, 0.5, 0.75]))
-    bins[pi == 1] = 4
-    obs = np.array([[keep[bins == b].sum(), (~keep[bins == b]).sum()] for b in range(5)])
-    exp_k = np.array([pi[bins == b].sum() for b in range(5)])
-    exp = np.stack([exp_k, (bins[:, None] == np.arange(5)).sum(0) - exp_k], axis=1)
-    m = exp[:, 1] > 0
-    assert stats.chisquare(obs[m].ravel(), exp[m].ravel()).pvalue > ACCEPT
-    assert keep[pi == 1].all()
-    wrong = np.random.default_rng(5).random(len(s)) < np.minimum(1, 0.5 * pi + 0.25)   # a wrong sampler
-    obs_w = np.array([[wrong[bins == b].sum(), (~wrong[bins == b]).sum()] for b in range(5)])
-    assert stats.chisquare(obs_w[m].ravel(), exp[m].ravel()).pvalue < REJECT
-
-
-@pytest.mark.parametrize("t", [0.3, 0.6, 1.0])
-def test_sample_then_t_dp_gives_eps_pq_exactly(t):
-    "Exact output densities of (sample, then a t-DP Laplace count) on D and D minus one rating."
-    others = np.array([0.2, 0.5, 0.8, 1.0, 0.35])
-    pk = np.array([1.0])                       # distribution of the kept count among the other ratings
-    for q in P.sampling_probability(others, t): pk = np.convolve(pk, [1 - q, q])
-    o = np.linspace(-40, 60, 20001)
-    lap = lambda c: 0.5 * t * np.exp(-t * np.abs(o[:, None] - c))          # Laplace(1/t) count: t-DP (add/remove)
-    f_without = lap(np.arange(len(pk))) @ pk
-    for eps_pq in (0.1, 0.3, 0.6, 1.0):
-        pi = float(P.sampling_probability(eps_pq, t))
-        f_with = pi * (lap(np.arange(len(pk)) + 1) @ pk) + (1 - pi) * f_without
-        loss = np.log(f_with / f_without)
-        bound = min(eps_pq, t)
-        assert np.abs(loss).max() <= bound + 1e-9
-        assert loss.max() >= bound - 1e-6            # attained in the tail: the guarantee is exactly min(eps_pq, t)
-
-
-def test_pdp_report():
-    r = _ratings(1000)
-    s = P.pdp_privacy_spec(r, seed=1)
-    t = s.threshold()
-    rep = P.pdp_report(s, t)
-    # the worst rating's guarantee is min(max eps_ij, t) = t (ratings with eps_ij >= t are always kept: t-DP)
-    assert rep.epsilon == t < s.epsilon.max() and rep.delta == 0.0 and rep.unit == "rating" and rep.released == ("V",)
-    assert P.pdp_report(s, s.threshold("max")).epsilon == s.epsilon.max()
-
-
 # ---------------------------------------------------------------- bad input
 BAD = [
     (lambda: P.gaussian_noise(10, -1.0), "sigma=-1.0"),
@@ -383,19 +308,6 @@ BAD = [
     (lambda: P.ops_epsilon(-1.0), "B=-1.0"),
     (lambda: P.ops_epsilon(1.0, "swap"), "neighbouring='swap'"),
     (lambda: P.personalized_user_epsilon([1, -0.5], 1.0), "weights[1]=-0.5"),
-    (lambda: P.sampling_probability([0.1, -0.2], 0.5), "-0.2"),
-    (lambda: P.sampling_probability([0.1], 0), "t=0"),
-    (lambda: P.check_probabilities([0.2, 1.5], "pi"), "pi[1]=1.5"),
-    (lambda: P.check_probabilities([-0.1], "pi"), "pi[0]=-0.1"),
-    (lambda: P.PrivacySpec.for_ratings(_ratings(100), np.ones(99)), "shape (99,) but ratings has 100"),
-    (lambda: P.PrivacySpec.for_ratings(_ratings(100), np.zeros(100)), "epsilon[0]=0.0"),
-    (lambda: P.pdp_privacy_spec(_ratings(100), f_c=1.2), "f_c=1.2"),
-    (lambda: P.pdp_privacy_spec(_ratings(100), f_m="a lot"), "f_m='a lot'"),
-    (lambda: P.pdp_report(P.pdp_privacy_spec(_ratings(1000)), 1.5), "t=1.5 must lie in"),
-    (lambda: P.pdp_privacy_spec(_ratings(100), f_c=0.7, f_m=0.5), "f_c + f_m"),
-    (lambda: P.pdp_privacy_spec(_ratings(100), eps_m=0.05), "eps_c < eps_m < eps_l"),
-    (lambda: P.pdp_sample(P.pdp_privacy_spec(_ratings(100)), 1.5), "t=1.5 must lie in"),
-    (lambda: P.pdp_sample(P.pdp_privacy_spec(_ratings(1000)), 0.05), "t=0.05 must lie in"),
     (lambda: P.PrivacyAccountant(neighbouring="swap"), "neighbouring='swap'"),
     (lambda: P.PrivacyAccountant().gaussian(-1.0), "noise_multiplier=-1.0"),
     (lambda: P.PrivacyAccountant().gaussian(1.0).report(delta=0), "delta=0"),
