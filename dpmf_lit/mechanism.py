@@ -46,7 +46,10 @@ class PrivacyReport:
     def summary(self) -> str:
         "The one line every printout uses: the guarantee, its scope, what was released and how it was computed."
         released = "released " + (", ".join(self.released) or "nothing")
-        if not self.private: return f"non-private; {released}"
+        if not self.private:   # no DP guarantee; a method other than "non-private" names the weaker notion that holds
+            if self.method == "non-private": return f"non-private; {released}"
+            scope = f" (scope: {self.scope.strip().rstrip('.')})" if self.scope.strip() else ""
+            return f"no differential-privacy guarantee: {self.method}{scope}; {released}"
         return f"{self.guarantee()} (scope: {self.scope.strip().rstrip('.')}); {released}; {self.method}"
 
     def to_dict(self) -> dict:
