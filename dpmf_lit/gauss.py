@@ -232,8 +232,8 @@ def _gauss_fit(self: GaussMF, train: Ratings, progress: bool = False, test: Rati
         sse = gauss_iteration(u, i, r, X, T, self.lam, self.C, self.mu, nX, nT, sX, sT, work, self.clip)
         rmse, J_run = math.sqrt(sse / len(r)), t + 1
         if not math.isfinite(rmse): raise ValueError(f"training RMSE is {rmse} at iteration {t + 1}: overflow")
-        h = {"iteration": t, "train_rmse": rmse}   # the RMSE of the profiles entering iteration t
-        if test is not None: h["test_rmse"] = heldout_rmse(X, T, test)
+        h = {"iteration": t, "train_rmse": rmse}   # training RMSE of the profiles entering iteration t (one step behind test_rmse)
+        if test is not None: h["test_rmse"] = heldout_rmse(X, T, test)   # held-out RMSE of the profiles after it
         history.append(h)
         if self.tol is not None and prev - rmse < self.tol: break
         prev = rmse
