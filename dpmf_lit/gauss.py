@@ -202,10 +202,12 @@ def _gauss_report(self: GaussMF, J_run: int, tau: float) -> PrivacyReport:
     if self.variant == "paper":
         scope = ("Θ only, step by step given the item profiles X; X is trained without noise on the same ratings and kept "
                  "secret, and it carries every rating into all later Θ gradients, so the composition over the J steps is "
-                 "not covered (measured sensitivity exceeds τC); one rating's value changes, the rating pattern is public")
+                 "not covered (measured sensitivity exceeds τC); one rating's value changes, the rating pattern is public; the "
+                 "training-RMSE history and a tol stopping rule read the raw ratings and are not covered either")
     else:
         scope = ("X and Θ (noise on both gradients, both released), end to end over the J steps; one rating's value changes, "
-                 "the rating pattern is public; a user's several ratings only by group privacy; a tol stopping rule is not covered")
+                 "the rating pattern is public; a user's several ratings only by group privacy; the training-RMSE history "
+                 "and a tol stopping rule read the raw ratings and are not covered")
     notes = (f"neighbouring=replace (one rating's value, |v'-v| <= tau={tau:g}); sigma={sigma:.4g} = tau*C/eps_i*sqrt(2 ln(1.25/delta)); "
              f"{J_run} iterations x {per_step} Gaussian release(s) of noise multiplier z={classic_noise_multiplier(self.epsilon_i, self.delta):.4g}; "
              f"epsilon at delta_r={self.delta_r:g}: closed form {eps['closed_form']:.4f}, RDP {eps['rdp']:.4f}, tight {eps['tight']:.4f}")
@@ -230,8 +232,8 @@ def _gauss_fit(self: GaussMF, train: Ratings, progress: bool = False, test: Rati
         sse = gauss_iteration(u, i, r, X, T, self.lam, self.C, self.mu, nX, nT, sX, sT, work, self.clip)
         rmse, J_run = math.sqrt(sse / len(r)), t + 1
         if not math.isfinite(rmse): raise ValueError(f"training RMSE is {rmse} at iteration {t + 1}: overflow")
-        h = {"iteration": t, "train_rmse": rmse}   # the RMSE of the profiles entering iteration t
-        if test is not None: h["test_rmse"] = heldout_rmse(X, T, test)
+        h = {"iteration": t, "train_rmse": rmse}   # training RMSE of the profiles entering iteration t (one step behind test_rmse)
+        if test is not None: h["test_rmse"] = heldout_rmse(X, T, test)   # held-out RMSE of the profiles after it
         history.append(h)
         if self.tol is not None and prev - rmse < self.tol: break
         prev = rmse

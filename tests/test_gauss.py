@@ -119,6 +119,26 @@ def test_three_epsilons_are_ordered_and_match_dp_accounting():
     assert user_epsilon(200, 300, 0.4, 0.01, 1e-5) > 100 * user_epsilon(1, 300, 0.4, 0.01, 1e-5)
 
 
+def test_the_repairs_step_is_one_gaussian_of_multiplier_z_over_sqrt2():
+    "Noise σ on both gradients, joint sensitivity √2τC: one release of multiplier z/√2 per step = two of multiplier z."
+    for J, e in ((1, 0.2), (300, 0.4)):
+        z = classic_noise_multiplier(e, 0.01)
+        two = gauss_epsilons(J, e, 0.01, 1e-5, per_step=2)
+        assert math.isclose(two["tight"], dp_accounting_pld_epsilon(z / math.sqrt(2), J, 1e-5), rel_tol=2e-3)
+        assert math.isclose(two["rdp"], dp_accounting_rdp_epsilon(z / math.sqrt(2), J, 1e-5), rel_tol=1e-6)
+        rho, L = J / (2 * (z / math.sqrt(2)) ** 2), math.log(1e5)                 # Eq. 9 with σ/Δ = z/√2
+        assert math.isclose(two["closed_form"], rho + 2 * math.sqrt(rho * L), rel_tol=1e-9)
+        assert two["tight"] > gauss_epsilons(J, e, 0.01, 1e-5)["tight"] * 1.2
+
+
+def test_scope_names_what_the_accounting_does_not_cover():
+    r = synthetic(200, 100, 4000, seed=2)
+    for v in ("paper", "both"):
+        scope = GaussMF(n=3, J=2, variant=v).fit(r).privacy.scope
+        assert "history" in scope and "tol" in scope and "rating pattern is public" in scope
+    assert "composition over the J steps is not covered" in GaussMF(n=3, J=2).fit(r).privacy.scope
+
+
 def test_sensitivity_fails_for_the_paper_and_holds_for_the_repair():
     r = synthetic(400, 300, 20_000, seed=0)
     top = np.bincount(r.item, minlength=r.n_items).argmax()
@@ -127,6 +147,7 @@ def test_sensitivity_fails_for_the_paper_and_holds_for_the_repair():
     both = neighbour_sensitivity(GaussMF(mu=0.002, J=150, variant="both"), r, k, 1.0)
     assert math.isclose(paper[0], 4.0, rel_tol=1e-4) and paper.max() > 4.0 * 1.01
     assert both.max() <= 4.0 * math.sqrt(2) * (1 + 1e-5)
+    assert math.isclose(both[0], 4.0 * math.sqrt(2), rel_tol=1e-4)   # the bound is reached: √2τC is not loose
 
 
 def test_non_private_baseline_has_no_noise_and_no_guarantee():
