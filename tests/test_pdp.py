@@ -136,6 +136,9 @@ def test_reports_state_unit_neighbouring_and_per_rating(split):
     assert rem.privacy.epsilon == pytest.approx(t * 4 / 5) and "no amplification" in rem.privacy.scope
     fresh = P.DPPMF(d=3, k1=5, k2=4, noise="fresh", epsilon=0.5).fit(train)
     assert fresh.privacy.epsilon == pytest.approx(2.0) and "PLD" in fresh.privacy.notes and fresh.params["solver"] == "gd"
+    pf = P.PDPPMF(d=3, k1=5, k2=4, noise="fresh", dropped="zero").fit(train)
+    tf = pf.params["t_value"]
+    assert pf.privacy.epsilon == pytest.approx(math.log1p(np.expm1(4 * tf))) and "PLD" in pf.privacy.notes
     assert "not covered" in P.DPPMF(d=3, k1=5).fit(train).privacy.scope
 
 
