@@ -381,7 +381,14 @@ def _pdp_report(self: PDPPMF, train: Ratings, spec: PrivacySpec, t: float) -> Pr
                f"noise={self.noise}, solver={self.solver}, dropped={self.dropped}",
         notes=(f"per rating: delivered eps in [{per.min():.4g}, {per.max():.4g}] (mean {per.mean():.4g}); requested eps_ij in "
                f"[{spec.epsilon.min():.4g}, {spec.epsilon.max():.4g}] (mean {spec.epsilon.mean():.4g}); request met for "
-               f"{100 * met:.1f}% of the ratings; epsilon is the worst case over ratings"))
+               f"{100 * met:.1f}% of the ratings; epsilon is the worst case over ratings" + _fresh_note(self, t)))
+
+def _fresh_note(self: PDPPMF, t: float) -> str:
+    "Fresh noise: the k2 steps at eps = t composed by the toolkit's PLD accountant, next to the pure k2 t the report uses."
+    if self.noise != "fresh": return ""
+    pld = PrivacyAccountant("rating", "replace", ("V",)).pure(t, self.k2).epsilon(1e-5, "pld")[0]
+    return (f"; fresh noise: k2={self.k2} steps at t={t:.4g} compose to m = {self.k2 * t:.4g} pure (the per-rating values above are computed from this m), "
+            f"{pld:.4g} at delta=1e-5 (PLD)")
 
 PDPPMF.per_rating_epsilon, PDPPMF.report = per_rating_epsilon, _pdp_report
 

@@ -136,6 +136,9 @@ def test_reports_state_unit_neighbouring_and_per_rating(split):
     assert rem.privacy.epsilon == pytest.approx(t * 4 / 5) and "no amplification" in rem.privacy.scope
     fresh = P.DPPMF(d=3, k1=5, k2=4, noise="fresh", epsilon=0.5).fit(train)
     assert fresh.privacy.epsilon == pytest.approx(2.0) and "PLD" in fresh.privacy.notes and fresh.params["solver"] == "gd"
+    pf = P.PDPPMF(d=3, k1=5, k2=4, noise="fresh", dropped="zero").fit(train)
+    tf = pf.params["t_value"]
+    assert pf.privacy.epsilon == pytest.approx(math.log1p(np.expm1(4 * tf))) and "PLD" in pf.privacy.notes
     assert "not covered" in P.DPPMF(d=3, k1=5).fit(train).privacy.scope
 
 
@@ -190,3 +193,25 @@ BAD = [
 def test_bad_input(call, message):
     with pytest.raises(ValueError) as e: call()
     assert message in str(e.value), str(e.value)
+
+
+def test_sample_then_dp_pmf_exact_loss_zero_vs_remove_reading():
+    """Exact densities of (keep (p,q) w.p. pi, then DP-PMF's closed form) for one item, r_pq = 5 against r_pq = 1: in the
+    'zero' reading the loss attains 4.3's exact replacement bound (<= eps_pq); in the 'remove' reading it exceeds 2 eps_pq."""
+    from dpmf_lit.hua import sample_item_noise
+    g = np.random.default_rng(0)
+    d, t, e_pq, Delta = 3, 0.5, 0.1, 5.0
+    Uq = g.standard_normal((6, d)); Uq /= np.linalg.norm(Uq, axis=1, keepdims=True)   # six raters of item q, unit rows
+    u, r_other = Uq[0], g.integers(1, 6, 5).astype(float)
+    A = Uq.T @ Uq + 0.01 * np.eye(d); A_rm = A - np.outer(u, u)
+    b_drop = Uq[1:].T @ r_other
+    log_f = lambda v, A_, b_: -t / Delta * np.linalg.norm(b_[None] - v @ A_.T, axis=1) + np.linalg.slogdet(A_)[1]
+    pi = float(P.sampling_probability(e_pq, t))
+    v = np.r_[np.linalg.solve(A, (b_drop + 5 * u - sample_item_noise(40000, d, t, Delta, seed=1)).T).T,
+              1000 * g.standard_normal((40000, d))]
+    def loss(A_drop):
+        a, b_, c = log_f(v, A, b_drop + 5 * u), log_f(v, A, b_drop + u), log_f(v, A_drop, b_drop)
+        return np.abs(np.logaddexp(np.log(pi) + a, np.log1p(-pi) + c) - np.logaddexp(np.log(pi) + b_, np.log1p(-pi) + c)).max()
+    exact = float(P.replace_epsilon(pi, t, t * 4 / 5))
+    assert exact < e_pq and 0.97 * exact <= loss(A) <= exact + 1e-9
+    assert 2 * e_pq < loss(A_rm) <= t * 4 / 5 + 1e-9
