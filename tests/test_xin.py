@@ -1,0 +1,129 @@
+"""Xin & Jaakkola (NIPS 2014): the Sigma-form EM, Eq. 4, PMD/PMC and the mechanism 'xin' (dpmf_lit.xin).
+
+Statistical, bad-input and end-to-end checks; the derivations are in nbs/08_public_private."""
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dpmf_lit.data import random_split, synthetic
+from dpmf_lit.mechanism import get_mechanism
+from dpmf_lit.testing import ACCEPT, REJECT
+from dpmf_lit.xin import (MODES, XinPublicPrivate, e_step, eq4_direct, fit_sigma, item_means, laplace_response,
+                          local_factor, m_step, objective, pmc_response, pmd_candidates, pmd_response, soft_impute,
+                          user_rows)
+
+
+@pytest.fixture(scope="module")
+def small():
+    return synthetic(60, 40, 1200, rank=3, noise=0.2, seed=3)
+
+
+@pytest.fixture(scope="module")
+def split():
+    return random_split(synthetic(300, 200, 12000, rank=5, noise=0.3, seed=1), 0.2, seed=0)
+
+
+def test_eq4_equals_a_direct_solve():
+    rng = np.random.default_rng(5)
+    for m, d, k in ((30, 4, 5), (50, 8, 3), (20, 2, 20)):
+        V = rng.normal(size=(m, d)); phi = np.sort(rng.choice(m, k, replace=False)); y = rng.normal(size=k)
+        for lam in (0.01, 1.0, 30.0):
+            np.testing.assert_allclose(V @ local_factor(V, phi, y, lam), eq4_direct(V @ V.T, phi, y, lam), atol=1e-9)
+    with pytest.raises(ValueError, match="no ratings"): local_factor(V, phi[:0], y[:0], 1.0)
+
+
+def test_em_objective_never_increases(small):
+    rows, users, hist = user_rows(small), np.arange(60), []
+    for lam in (0.1, 2.0):
+        hist = []
+        fit_sigma(rows, users, 40, 6, lam, 25, np.random.default_rng(0), history=hist,
+                  V=np.random.default_rng(0).normal(scale=0.1, size=(40, 6)))
+        G = [h["objective"] for h in hist]
+        assert all(b <= a * (1 + 1e-9) for a, b in zip(G, G[1:])), G
+        assert G[-1] < G[0]
+
+
+def test_sigma_form_reproduces_eq2_at_the_derived_lambda(small):
+    rows = user_rows(small); indptr, item, rating = rows
+    n, m, lam = 60, 40, 0.1
+    mu = item_means(rows, np.arange(n), m)
+    Y = np.zeros((n, m)); mask = np.zeros((n, m), bool)
+    for i in range(n):
+        sl = slice(indptr[i], indptr[i + 1]); Y[i, item[sl]] = rating[sl] - mu[item[sl]]; mask[i, item[sl]] = True
+    X = soft_impute(Y, mask, lam * math.sqrt(m * n))
+    P, s, Qt = np.linalg.svd(X, full_matrices=False)
+    Sig = (Qt.T * s) @ Qt / math.sqrt(m * n)
+    gap = lambda l: max(np.abs(eq4_direct(Sig, item[indptr[i]:indptr[i + 1]], Y[i, item[indptr[i]:indptr[i + 1]]], l) - X[i]).max()
+                        for i in range(n))
+    assert gap(lam) < 1e-9 and gap(lam * 2 * math.sqrt(m * n)) > 0.1 and gap(2 * lam) > 1e-3
+
+
+def test_pmd_release_has_exactly_uniform_marginals():
+    rng = np.random.default_rng(0)
+    S = np.arange(0.5, 5.01, 0.5); m = 60
+    mu = rng.uniform(2.5, 4, m); r = S[np.abs((mu + rng.normal(0, 1, m))[:, None] - S).argmin(1)]
+    X = pmd_candidates(r, mu, S, rng)
+    assert (np.sort(X, axis=0) == S[:, None]).all()   # each coordinate a permutation of S over the K candidates
+    draws = np.array([pmd_response(r, mu, S, np.random.default_rng(s))[:3] for s in range(4000)])
+    for j in range(3):   # chi-square against uniform: accepted
+        counts = np.array([(draws[:, j] == v).sum() for v in S])
+        assert stats.chisquare(counts).pvalue > ACCEPT
+    # a wrong variant (the true rating with prob. 1/2, else uniform) is rejected
+    rng2 = np.random.default_rng(1); bad = np.where(rng2.random(4000) < 0.5, r[0], rng2.choice(S, 4000))
+    assert stats.chisquare(np.array([(bad == v).sum() for v in S])).pvalue < REJECT
+
+
+def test_pmc_marginal_is_symmetric_with_variance_h2():
+    rng = np.random.default_rng(2); m = 30
+    mu = rng.uniform(2.5, 4, m); r = mu + rng.normal(0, 1, m); h = np.abs(r - mu).mean()
+    draws = np.array([pmc_response(r, mu, np.random.default_rng(s)) for s in range(20000)])
+    x = draws[:, 0]
+    assert np.allclose(np.abs(x), h)
+    assert stats.binomtest(int((x > 0).sum()), len(x), 0.5).pvalue > ACCEPT
+    assert abs(x.var() - h * h) < 0.02 * h * h
+    # the sign pattern is revealed up to one global flip
+    assert all(abs(np.sign(d) @ np.sign(r - mu)) == m for d in draws[:50])
+    assert abs(x.var() - (1.1 * h) ** 2) > 0.1 * h * h   # a wrong scale (1.1 h) is told apart
+
+
+def test_laplace_response_scale():
+    rng = np.random.default_rng(3); r = np.full(20000, 3.0)
+    noise = laplace_response(r, 1.0, 5.0, 2.0, rng) - 3.0
+    assert stats.kstest(noise, stats.laplace(scale=2.0).cdf).pvalue > ACCEPT
+    assert stats.kstest(noise, stats.laplace(scale=1.0).cdf).pvalue < REJECT
+
+
+def test_bad_input():
+    for k, v in (("public", 0.0), ("public", 1.5), ("public", -0.1), ("weight", 0.0), ("weight", 1.2), ("mode", "sslp2")):
+        with pytest.raises(ValueError, match=f"{k}="): XinPublicPrivate(**{k: v})
+    S = np.arange(1.0, 6.0); mu = np.full(4, 3.0)
+    with pytest.raises(ValueError, match="K=1"): pmd_candidates(np.ones(4), mu, S[:1], np.random.default_rng(0))
+    with pytest.raises(ValueError, match="off the discrete scale"): pmd_candidates(np.array([1, 2, 3.5, 4]), mu, S, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="discrete scale"):
+        XinPublicPrivate(mode="pmd", n_private=5, d=3, em_iters=2).fit(synthetic(50, 30, 600, rating_levels=41))
+
+
+def test_modes_fit_and_report(split):
+    tr, te = split
+    for mode in MODES:
+        f = get_mechanism("xin")(public=0.2, d=4, lam=2.0, em_iters=4, mode=mode, n_private=40).fit(tr)
+        rmse = float(np.sqrt(np.mean((f.predict(te.user, te.item) - te.rating) ** 2)))
+        assert rmse < 1.3, (mode, rmse)
+        rep = f.privacy
+        if mode == "laplace":
+            assert rep.private and rep.unit == "user" and rep.epsilon == pytest.approx(tr.n_items * 1.0)
+        else:
+            assert not rep.private and rep.epsilon is None
+        if mode in ("pmd", "pmc"): assert "not DP" in rep.method and "deniability" in rep.method
+        assert f.params["n_responses"] == (0 if mode in ("local",) else 40)
+
+
+def test_public_selection(split):
+    tr, _ = split
+    counts = np.bincount(tr.user, minlength=tr.n_users)
+    most, _ = XinPublicPrivate(public=0.1)._users(tr)
+    assert counts[most].min() >= np.sort(counts)[::-1][len(most) - 1]
+    rand, _ = XinPublicPrivate(public=0.1, select="random")._users(tr)
+    assert len(rand) == len(most) and set(rand) != set(most)
