@@ -127,3 +127,46 @@ def test_public_selection(split):
     assert counts[most].min() >= np.sort(counts)[::-1][len(most) - 1]
     rand, _ = XinPublicPrivate(public=0.1, select="random")._users(tr)
     assert len(rand) == len(most) and set(rand) != set(most)
+
+
+# ---------------------------------------------------------------- paper profile on an ML-10M-format fixture
+
+def _ml10m_fixture(path, n_users=520, n_items=150, seed=7):
+    "A ratings.dat in MovieLens 10M's format (user::item::rating::time, half stars 0.5..5) from a rank-3 model."
+    rng = np.random.default_rng(seed)
+    U, V = rng.normal(size=(n_users, 3)), rng.normal(size=(n_items, 3))
+    lines = []
+    for u in range(n_users):
+        k = int(np.clip(rng.pareto(1.5) * 10 + 12, 12, n_items))
+        for i in rng.choice(n_items, k, replace=False):
+            r = np.clip(np.round(2 * (3.4 + 0.6 * U[u] @ V[i] + rng.normal(0, 0.4))) / 2, 0.5, 5.0)
+            lines.append(f"{u + 1}::{i + 1}::{r:g}::{838985046 + len(lines)}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_paper_profile_on_an_ml10m_fixture(tmp_path):
+    import json
+    from pathlib import Path
+    from dpmf_lit.data import load_movielens_dat
+    from dpmf_lit.splits import holdout_per_user
+    r = load_movielens_dat(_ml10m_fixture(tmp_path / "ratings.dat"), name="ml-10m")
+    assert r.rating_min == 0.5 and len(np.unique(r.rating)) == 10   # K = 10 as in the paper
+    man = json.loads((Path(__file__).parents[1] / "nbs/experiments/manifest.json").read_text())
+    prof = {e["id"]: e["profiles"]["paper"] for e in man["entries"] if e["id"].startswith("xin-")}
+    assert prof["xin-private-users"]["dataset"] == "ml-10m" and prof["xin-public-share"]["dataset"] == "ml-10m"
+    p = prof["xin-private-users"]["parameters"]
+    train, test = holdout_per_user(r, n_test=10, seed=0)
+    n_rated = int((np.bincount(train.user) > 0).sum())
+    rmse = lambda f: float(np.sqrt(np.mean((f.predict(test.user, test.item) - test.rating) ** 2)))
+    out = {}
+    for mode in ("local", "pmd", "pmc", "laplace", "exact", "full-em"):
+        f = XinPublicPrivate(public=(p["n_public"] - 0.5) / n_rated, d=p["d"], lam=p["lam"], em_iters=p["em_iters"],
+                             mode=mode, n_private=max(p["private"]), seed=p["seed"]).fit(train)
+        assert f.params["n_public"] == p["n_public"] and f.params["n_responses"] == (0 if mode == "local" else max(p["private"]))
+        out[mode] = rmse(f)
+    assert all(np.isfinite(v) and v < 2.0 for v in out.values()), out
+    q = prof["xin-public-share"]["parameters"]
+    for s in q["shares"]:
+        f = XinPublicPrivate(public=s, d=q["d"], lam=q["lam"], em_iters=2, seed=q["seed"]).fit(train)
+        assert np.isfinite(rmse(f))
