@@ -9,14 +9,16 @@ from __future__ import annotations
 import math, time
 import numpy as np
 from numba import njit
+from tqdm.auto import tqdm
 from . import checks
 from .data import Ratings
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
 
 # %% auto #0
-__all__ = ['MODES', 'user_rows', 'local_factor', 'eq4_direct', 'e_step', 'm_step', 'objective', 'item_means', 'fit_sigma',
-           'soft_impute', 'pmd_swaps', 'pmd_candidates', 'pmd_response', 'pmc_response', 'laplace_response',
-           'exact_response', 'XinPublicPrivate', 'inference_measures']
+__all__ = ['MODES', 'WEIGHTS', 'user_rows', 'local_factor', 'eq4_direct', 'e_step', 'm_step', 'objective', 'trace_weights',
+           'item_means', 'fit_sigma', 'soft_impute', 'pmd_swaps', 'pmd_candidates', 'pmd_response', 'pmc_response',
+           'laplace_response', 'exact_response', 'sslp_constant', 'sslp_response', 'XinPublicPrivate', 'holdout_rows',
+           'inference_measures']
 
 # %% ../nbs/08_public_private.ipynb #959aa188
 def user_rows(r: Ratings) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -42,12 +44,13 @@ def eq4_direct(Sigma: np.ndarray, phi: np.ndarray, y: np.ndarray, lam: float) ->
 
 # %% ../nbs/08_public_private.ipynb #48d7a4c4
 def e_step(V, mu, rows, users, lam) -> np.ndarray:
-    "(len(users), d): Eq. 4's u for each user in `users` from their centred ratings."
+    "(len(users), d): Eq. 4's u for each user in `users` from their centred ratings (lam: one λ′, or one per user)."
     indptr, item, rating = rows
+    lam = np.broadcast_to(np.asarray(lam, np.float64), (len(users),))
     U = np.zeros((len(users), V.shape[1]))
     for k, i in enumerate(users):
         a, b = indptr[i], indptr[i + 1]
-        if b > a: U[k] = local_factor(V, item[a:b], rating[a:b] - mu[item[a:b]], lam)
+        if b > a: U[k] = local_factor(V, item[a:b], rating[a:b] - mu[item[a:b]], lam[k])
     return U
 
 def m_step(Z: np.ndarray,      # (rows, m) completed, centred rating vectors (public users) and responses
@@ -59,13 +62,25 @@ def m_step(Z: np.ndarray,      # (rows, m) completed, centred rating vectors (pu
     V = np.zeros((Z.shape[1], d)); V[:, :k] = Qt[:k].T * np.sqrt(s[:k] / math.sqrt(w.sum() * Z.shape[1]))
     return V
 
-def objective(V, U, mu, rows, users, lam) -> float:
-    "G(X, Σ) of the public users at X_i = V u_i, Σ = V Vᵀ: squared error + λ′(Σ‖u_i‖² + n m ‖V‖²)."
+def objective(V, U, mu, rows, users, lam, p=None, q=None) -> float:
+    "G at X_i = V u_i, Σ = V Vᵀ: squared error + λ′(Σ p_i‖u_i‖² + n m Σ_j q_j‖V_j‖²) (p = n·p_i, q = m·q_j; None: 1, uniform)."
     indptr, item, rating = rows
     err = sum(float(((rating[indptr[i]:indptr[i+1]] - mu[item[indptr[i]:indptr[i+1]]]) - V[item[indptr[i]:indptr[i+1]]] @ u) @
                     ((rating[indptr[i]:indptr[i+1]] - mu[item[indptr[i]:indptr[i+1]]]) - V[item[indptr[i]:indptr[i+1]]] @ u))
               for i, u in zip(users, U))
-    return err + lam * (float((U ** 2).sum()) + len(users) * V.shape[0] * float((V ** 2).sum()))
+    p = np.ones(len(users)) if p is None else p; q = np.ones(V.shape[0]) if q is None else q
+    return err + lam * (float(p @ (U ** 2).sum(1)) + len(users) * V.shape[0] * float(q @ (V ** 2).sum(1)))
+
+# %% ../nbs/08_public_private.ipynb #62b2937c
+def trace_weights(rows, users, n_items, zeta: float | None) -> tuple[np.ndarray, np.ndarray]:
+    "(n·p̃_i for `users`, m·q̃_j): the weighted trace norm's smoothed marginals (zeta: smoothing ζ in [0, 1]; None: uniform, all ones)."
+    if zeta is None: return np.ones(len(users)), np.ones(n_items)
+    zeta = checks.check_float("zeta", zeta, 0.0, 1.0)
+    indptr, item, _ = rows; n = len(users)
+    n_i = np.array([indptr[i + 1] - indptr[i] for i in users], np.float64); N = max(n_i.sum(), 1.0)
+    c = np.zeros(n_items)
+    for i in users: np.add.at(c, item[indptr[i]:indptr[i + 1]], 1.0)
+    return n * ((1 - zeta) * n_i / N + zeta / n), n_items * ((1 - zeta) * c / N + zeta / n_items)
 
 # %% ../nbs/08_public_private.ipynb #39fe6d11
 def item_means(rows, users, n_items) -> np.ndarray:
@@ -76,18 +91,19 @@ def item_means(rows, users, n_items) -> np.ndarray:
     glob = rating[idx].mean() if len(idx) else 0.0
     return np.where(c > 0, s / np.maximum(c, 1), glob)
 
-def fit_sigma(rows, users, n_items, d, lam, iters, rng, V=None, mu=None, history=None):
-    "EM on `users` (weights 1): (μ, V, U). Starts from V (or the zero-filled M-step) and μ (or the users' item means)."
+def fit_sigma(rows, users, n_items, d, lam, iters, rng, V=None, mu=None, history=None, zeta=None):
+    "EM on `users`: (μ, V, U). Starts from V (or the zero-filled M-step) and μ (or the users' item means); zeta: weighted trace norm (§1)."
     mu = item_means(rows, users, n_items) if mu is None else mu
+    p, q = trace_weights(rows, users, n_items, zeta); dq = np.sqrt(q)
     if V is None:   # start: the M-step of the zero-filled centred ratings, plus a small seeded jitter
         indptr, item, rating = rows; Z = np.zeros((len(users), n_items))
         for k, i in enumerate(users): Z[k, item[indptr[i]:indptr[i+1]]] = rating[indptr[i]:indptr[i+1]] - mu[item[indptr[i]:indptr[i+1]]]
-        V = m_step(Z, np.ones(len(users)), d) + rng.normal(scale=1e-3, size=(n_items, d))
+        V = m_step(Z * dq, p, d) / dq[:, None] + rng.normal(scale=1e-3, size=(n_items, d))
     for t in range(iters):
-        U = e_step(V, mu, rows, users, lam)
-        V = m_step(U @ V.T, np.ones(len(users)), d)
-        if history is not None: history.append(dict(stage="em", iter=t, objective=objective(V, e_step(V, mu, rows, users, lam), mu, rows, users, lam)))
-    return mu, V, e_step(V, mu, rows, users, lam)
+        U = e_step(V, mu, rows, users, lam * p)
+        V = m_step((U @ V.T) * dq, p, d) / dq[:, None]
+        if history is not None: history.append(dict(stage="em", iter=t, objective=objective(V, e_step(V, mu, rows, users, lam * p), mu, rows, users, lam, p, q)))
+    return mu, V, e_step(V, mu, rows, users, lam * p)
 
 # %% ../nbs/08_public_private.ipynb #b22154b0
 def soft_impute(Y: np.ndarray, mask: np.ndarray, tau: float, iters: int = 2000) -> np.ndarray:
@@ -158,8 +174,27 @@ def exact_response(r, mu, rng) -> np.ndarray:
     "a·(r − μ) with a = ±1: the exact second order r′r′ᵀ (no privacy)."
     return (1.0 if rng.random() < 0.5 else -1.0) * (r - mu)
 
+# %% ../nbs/08_public_private.ipynb #9bdd99bf
+def sslp_constant(D: int) -> float:
+    "a_D = E[s_1 | Σ s > 0] for s uniform on {±1}^D, D odd: binom(D−1, (D−1)/2) / 2^{D−1}."
+    if D < 1 or D % 2 == 0: raise ValueError(f"D={D}: the sampler needs an odd dimension")
+    return math.exp(math.lgamma(D) - 2 * math.lgamma((D + 1) / 2) - (D - 1) * math.log(2))
+
+def sslp_response(v: np.ndarray,            # (m,) the centred completed vector r − μ
+                  B: float,                 # clipping bound: v is clipped to [−B, B]
+                  eps: float,               # ε of local DP for the whole vector
+                  rng: np.random.Generator) -> np.ndarray:
+    "Duchi et al.'s ℓ∞ sampler: Z ∈ {±B′}^m, E[Z | v] = clip(v, −B, B), ε-local-DP for v."
+    m = len(v); D = m + 1 - m % 2
+    vp = np.zeros(D); vp[:m] = np.clip(v, -B, B)
+    vt = np.where(rng.random(D) < 0.5 + vp / (2 * B), 1.0, -1.0)
+    s = np.where(rng.random(D) < 0.5, 1.0, -1.0); s *= np.sign(s.sum())
+    z = vt * s * (1.0 if rng.random() < math.exp(eps) / (math.exp(eps) + 1) else -1.0)
+    return (B * (math.exp(eps) + 1) / (math.exp(eps) - 1) / sslp_constant(D)) * z[:m]
+
 # %% ../nbs/08_public_private.ipynb #bd9526dd
-MODES = ("local", "pmd", "pmc", "laplace", "exact", "full-em")
+MODES = ("local", "pmd", "pmc", "laplace", "sslp", "exact", "full-em")
+WEIGHTS = (0.5, 0.1, 1e-2, 1e-3, 1e-4, 1e-5)   # the validation grid of `weight=None`
 
 @register_mechanism("xin")
 class XinPublicPrivate(Mechanism):
@@ -173,21 +208,24 @@ class XinPublicPrivate(Mechanism):
                  d: int = 20,               # rank kept of Σ = V Vᵀ
                  lam: float = 0.01,         # λ′ of Eqs. 3–4 (0.01: tuned on ML-100K public users)
                  em_iters: int = 20,        # EM iterations on the public users
-                 mode: str = "local",       # 'local', 'pmd', 'pmc', 'laplace', 'exact' or 'full-em'
+                 mode: str = "local",       # 'local', 'pmd', 'pmc', 'laplace', 'sslp', 'exact' or 'full-em'
                  n_private: int | None = None,  # private users who respond (most ratings first; None: all)
-                 weight: float = 0.5,       # weight of a private response in the M-step, in (0, 1]
+                 weight: float | None = 0.5,  # weight of a private response in the M-step, in (0, 1]; None: by validation
                  batch: int = 20,           # responses between server updates
-                 epsilon: float = 1.0,      # ε per entry of the Laplace baseline
+                 epsilon: float = 1.0,      # ε: per entry for 'laplace', per user (whole vector) for 'sslp'
                  sweeps: int = 3,           # PMD: passes of greedy swaps
-                 seed: int = 0):            # seed of the EM start, the public draw and the responses
+                 trace: str = "uniform",    # trace norm of the public EM: 'uniform' or 'weighted'
+                 zeta: float = 0.1,         # smoothing of the weighted trace norm's marginals, in [0, 1]
+                 seed: int = 0):            # seed of the EM start, the public draw, the responses and the validation split
         self.public = checks.check_float("public", public, 0.0, 1.0, low_open=True)
         self.select = checks.check_choice("select", select, ("most", "random"))
         self.d, self.lam = checks.check_int("d", d, 1), checks.check_positive("lam", lam)
         self.em_iters, self.mode = checks.check_int("em_iters", em_iters, 1), checks.check_choice("mode", mode, MODES)
         self.n_private = checks.check_int("n_private", n_private, 0, allow_none=True)
-        self.weight = checks.check_float("weight", weight, 0.0, 1.0, low_open=True)
+        self.weight = checks.check_float("weight", weight, 0.0, 1.0, low_open=True, allow_none=True)
         self.batch, self.epsilon = checks.check_int("batch", batch, 1), checks.check_positive("epsilon", epsilon)
         self.sweeps, self.seed = checks.check_int("sweeps", sweeps, 0), checks.check_int("seed", seed, 0)
+        self.trace, self.zeta = checks.check_choice("trace", trace, ("uniform", "weighted")), checks.check_float("zeta", zeta, 0.0, 1.0)
 
 # %% ../nbs/08_public_private.ipynb #09ac4385
 def _xin_users(self: XinPublicPrivate, train: Ratings) -> tuple[np.ndarray, np.ndarray]:
@@ -207,6 +245,10 @@ def _xin_report(self: XinPublicPrivate, m: int) -> PrivacyReport:
         return PrivacyReport(released=("V",), unit="user", epsilon=m * self.epsilon, delta=0.0, method=
             f"Laplace on each entry of the clipped completed vector, scale Δ/ε with ε={self.epsilon:g} per entry; m={m} entries",
             scope=f"local DP of each responding private user's whole vector (m·ε); {base}")
+    if self.mode == "sslp":
+        return PrivacyReport(released=("V",), unit="user", epsilon=self.epsilon, delta=0.0, method=
+            f"Duchi et al.'s l-infinity sampler on the clipped centred completed vector (eps={self.epsilon:g}, B = half the rating range)",
+            scope=f"local DP of each responding private user's whole completed vector, hence of all their ratings given the server's (mu, V); {base}")
     what = {"local": "private users release nothing (Eq. 4 on the device)",
             "pmd": "element-wise deniability (Def. 4.1), not DP: each released coordinate is uniform on the scale",
             "pmc": "element-wise deniability (Def. 4.1), not DP: each released coordinate is ±h; the signs of r − μ and h are revealed",
@@ -219,6 +261,7 @@ def _xin_respond(self: XinPublicPrivate, r, mu, lo, hi, scale, rng):
         return pmd_response(scale[np.abs(r[:, None] - scale[None]).argmin(1)], mu, scale, rng, self.sweeps) - mu
     if self.mode == "pmc": return pmc_response(r, mu, rng)
     if self.mode == "laplace": return laplace_response(r, lo, hi, self.epsilon, rng) - mu
+    if self.mode == "sslp": return sslp_response(r - mu, (hi - lo) / 2, self.epsilon, rng)
     return exact_response(r, mu, rng)
 
 def _xin_scale(train: Ratings) -> np.ndarray:
@@ -227,30 +270,61 @@ def _xin_scale(train: Ratings) -> np.ndarray:
     return S
 
 # %% ../nbs/08_public_private.ipynb #3dc62b35
+def _xin_run(self: XinPublicPrivate, rows, m, pub, priv, weight, scale, lo, hi, progress=False):
+    "(μ, V, history): the EM on the public users (all users in 'full-em'), then the responses in batches, weighted `weight`."
+    em_users = np.concatenate([pub, priv]) if self.mode == "full-em" else pub
+    mu, V, U = fit_sigma(rows, em_users, m, self.d, self.lam, self.em_iters, self.rng(0), zeta=self.zeta if self.trace == "weighted" else None)
+    history = [dict(stage="em", users=len(em_users), iters=self.em_iters)]
+    if self.mode in ("local", "full-em"): return mu, V, history
+    rng, resp, (indptr, item, rating) = self.rng(1), [], rows
+    for start in tqdm(range(0, len(priv), self.batch), desc=f"xin {self.mode}", disable=not progress):
+        for i in priv[start:start + self.batch]:   # on each device: complete, then respond once
+            sl = slice(indptr[i], indptr[i + 1])
+            r = mu + V @ local_factor(V, item[sl], rating[sl] - mu[item[sl]], self.lam); r[item[sl]] = rating[sl]
+            resp.append(self._respond(r, mu, lo, hi, scale, rng))
+        U = e_step(V, mu, rows, pub, self.lam)   # server: re-complete public users, M-step with the responses
+        w = np.r_[np.ones(len(pub)), np.full(len(resp), weight)]
+        V = m_step(np.vstack([U @ V.T, np.array(resp)]), w, self.d)
+        history.append(dict(stage="private", responses=len(resp)))
+    return mu, V, history
+
+# %% ../nbs/08_public_private.ipynb #c9dbb1d8
+def holdout_rows(rows, users, share: float, rng) -> tuple[tuple, tuple]:
+    "(rows without the held-out entries, (user, item, rating) held out): `share` of each of `users`' ratings, at least one, users with ≥ 2."
+    indptr, item, rating = rows; keep = np.ones(len(item), bool)
+    for i in users:
+        a, b = indptr[i], indptr[i + 1]
+        if b - a >= 2: keep[rng.choice(np.arange(a, b), max(1, int(share * (b - a))), replace=False)] = False
+    owner = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    ptr = np.zeros_like(indptr); np.cumsum(np.bincount(owner[keep], minlength=len(indptr) - 1), out=ptr[1:])
+    return (ptr, item[keep], rating[keep]), (owner[~keep], item[~keep], rating[~keep])
+
+def _xin_validate(self: XinPublicPrivate, rows, m, pub, priv, scale, lo, hi, progress=False) -> tuple[float, dict]:
+    "(weight, {weight: held-out RMSE}): the weight in WEIGHTS whose run predicts held-out public ratings best."
+    fit_rows, (hu, hj, hr) = holdout_rows(rows, pub, 0.1, self.rng(3))
+    users = np.unique(hu); pos = np.searchsorted(users, hu); scores = {}
+    for w in tqdm(WEIGHTS, desc="xin weight", disable=not progress):
+        mu, V, _ = self._run(fit_rows, m, pub, priv, w, scale, lo, hi)
+        U = e_step(V, mu, fit_rows, users, self.lam)
+        scores[w] = float(np.sqrt(np.mean((mu[hj] + np.einsum("kd,kd->k", U[pos], V[hj]) - hr) ** 2)))
+    return min(scores, key=scores.get), scores
+
+# %% ../nbs/08_public_private.ipynb #c4a9576f
 def _xin_fit(self: XinPublicPrivate, train: Ratings, progress: bool = False) -> Factors:
-    rows, m, history = user_rows(train), train.n_items, []
+    rows, m = user_rows(train), train.n_items
     pub, priv = self._users(train)
     scale = _xin_scale(train) if self.mode == "pmd" else None
-    em_users = np.concatenate([pub, priv]) if self.mode == "full-em" else pub
-    mu, V, U = fit_sigma(rows, em_users, m, self.d, self.lam, self.em_iters, self.rng(0))
-    history.append(dict(stage="em", users=len(em_users), iters=self.em_iters))
-    if self.mode not in ("local", "full-em"):
-        rng, resp, indptr, item, rating = self.rng(1), [], *rows
-        for start in range(0, len(priv), self.batch):
-            for i in priv[start:start + self.batch]:   # on each device: complete, then respond once
-                sl = slice(indptr[i], indptr[i + 1])
-                r = mu + V @ local_factor(V, item[sl], rating[sl] - mu[item[sl]], self.lam); r[item[sl]] = rating[sl]
-                resp.append(self._respond(r, mu, train.rating_min, train.rating_max, scale, rng))
-            U = e_step(V, mu, rows, pub, self.lam)   # server: re-complete public users, M-step with the responses
-            w = np.r_[np.ones(len(pub)), np.full(len(resp), self.weight)]
-            V = m_step(np.vstack([U @ V.T, np.array(resp)]), w, self.d)
-            history.append(dict(stage="private", responses=len(resp)))
+    lo, hi, weight, scores = train.rating_min, train.rating_max, self.weight, None
+    if weight is None:
+        weight, scores = self._validate(rows, m, pub, priv, scale, lo, hi, progress) if self.mode not in ("local", "full-em") else (0.5, None)
+    mu, V, history = self._run(rows, m, pub, priv, weight, scale, lo, hi, progress)
     Uall = e_step(V, mu, rows, np.arange(train.n_users), self.lam)
     return Factors(U=Uall, V=V, user_bias=np.zeros(train.n_users), item_bias=mu, mean=0.0, history=history,
-                   privacy=self.report(m), params=dict(n_public=len(pub), n_responses=len(priv) if self.mode != "local" else 0))
+                   privacy=self.report(m), params=dict(n_public=len(pub), n_responses=len(priv) if self.mode != "local" else 0,
+                                                       weight=weight, validation=scores))
 
 XinPublicPrivate._users, XinPublicPrivate.report, XinPublicPrivate._respond = _xin_users, _xin_report, _xin_respond
-XinPublicPrivate._fit = _xin_fit
+XinPublicPrivate._run, XinPublicPrivate._validate, XinPublicPrivate._fit = _xin_run, _xin_validate, _xin_fit
 
 # %% ../nbs/08_public_private.ipynb #03c38a37
 def inference_measures(train: Ratings, public: float = 0.2, n_private: int = 100, d: int = 5, lam: float = 0.03, seed: int = 0) -> dict:

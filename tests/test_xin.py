@@ -1,6 +1,7 @@
 """Xin & Jaakkola (NIPS 2014): the Sigma-form EM, Eq. 4, PMD/PMC and the mechanism 'xin' (dpmf_lit.xin).
 
 Statistical, bad-input and end-to-end checks; the derivations are in nbs/08_public_private."""
+import itertools
 import math
 
 import numpy as np
@@ -10,9 +11,9 @@ from scipy import stats
 from dpmf_lit.data import random_split, synthetic
 from dpmf_lit.mechanism import get_mechanism
 from dpmf_lit.testing import ACCEPT, REJECT
-from dpmf_lit.xin import (MODES, XinPublicPrivate, e_step, eq4_direct, fit_sigma, item_means, laplace_response,
-                          local_factor, m_step, objective, pmc_response, pmd_candidates, pmd_response, soft_impute,
-                          user_rows)
+from dpmf_lit.xin import (MODES, WEIGHTS, XinPublicPrivate, e_step, eq4_direct, fit_sigma, holdout_rows, item_means,
+                          laplace_response, local_factor, m_step, objective, pmc_response, pmd_candidates, pmd_response,
+                          soft_impute, sslp_constant, sslp_response, trace_weights, user_rows)
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +115,8 @@ def test_modes_fit_and_report(split):
         rep = f.privacy
         if mode == "laplace":
             assert rep.private and rep.unit == "user" and rep.epsilon == pytest.approx(tr.n_items * 1.0)
+        elif mode == "sslp":
+            assert rep.private and rep.unit == "user" and rep.epsilon == pytest.approx(1.0)
         else:
             assert not rep.private and rep.epsilon is None
         if mode in ("pmd", "pmc"): assert "not DP" in rep.method and "deniability" in rep.method
@@ -127,6 +130,109 @@ def test_public_selection(split):
     assert counts[most].min() >= np.sort(counts)[::-1][len(most) - 1]
     rand, _ = XinPublicPrivate(public=0.1, select="random")._users(tr)
     assert len(rand) == len(most) and set(rand) != set(most)
+
+
+# ---------------------------------------------------------------- SSLP (Duchi et al.'s l-infinity sampler)
+
+def _sslp_law(v, B, eps, Bp):
+    "Exact Pr(Z = B' z | v) over z in {-1, 1}^D (itertools order), D = len(v) odd."
+    Z = np.array(list(itertools.product([-1.0, 1.0], repeat=len(v)))); pi = math.exp(eps) / (math.exp(eps) + 1)
+    P = np.zeros(len(Z))
+    for vt in Z:
+        P += np.prod(np.where(vt > 0, 0.5 + v / (2 * B), 0.5 - v / (2 * B))) * np.where(Z @ vt > 0, pi, 1 - pi) / 2 ** (len(v) - 1)
+    return Z * Bp, P
+
+
+def test_sslp_constant():
+    from scipy.special import comb
+    for D in (1, 3, 5, 11, 101):
+        s = np.array(list(itertools.product([-1, 1], repeat=D))) if D <= 11 else None
+        assert sslp_constant(D) == pytest.approx(comb(D - 1, (D - 1) // 2) / 2 ** (D - 1), rel=1e-10)
+        if s is not None: assert sslp_constant(D) == pytest.approx(s[s.sum(1) > 0, 0].mean(), rel=1e-12)
+    for D in (0, 2, 1682):
+        with pytest.raises(ValueError, match=f"D={D}"): sslp_constant(D)
+
+
+def test_sslp_sampler_follows_its_law_and_is_eps_ldp():
+    B, eps = 2.0, 5.0
+    for v in (np.array([0.7, -1.5, 0.2]), np.array([2.0, 0.0, -0.3])):
+        Bp = B * (math.exp(eps) + 1) / (math.exp(eps) - 1) / sslp_constant(3)
+        Zs, P = _sslp_law(v, B, eps, Bp)
+        np.testing.assert_allclose(P.sum(), 1.0, atol=1e-12)
+        rng = np.random.default_rng(11); draws = np.array([sslp_response(v, B, eps, rng) for _ in range(20000)])
+        assert set(np.round(np.abs(draws).ravel(), 9)) == {round(Bp, 9)}
+        counts = np.bincount(((draws > 0) * [4, 2, 1]).sum(1), minlength=8)
+        assert stats.chisquare(counts, P * len(draws)).pvalue > ACCEPT
+        for wrong_eps in (1.0, 3.0):   # the law at another epsilon is rejected
+            assert stats.chisquare(counts, _sslp_law(v, B, wrong_eps, Bp)[1] * len(draws)).pvalue < REJECT
+    grid = [np.array(t) for t in itertools.product([-B, -0.5, 0.0, B], repeat=3)]
+    laws = [_sslp_law(a, B, eps, 1.0)[1] for a in grid]
+    ratio = max((a / b).max() for a in laws for b in laws)
+    assert ratio <= math.exp(eps) * (1 + 1e-9) and ratio > math.exp(eps) * 0.5   # eps-LDP, and not far from tight
+
+
+def test_sslp_is_unbiased_and_clips():
+    B, eps = 2.0, 5.0
+    v = np.array([0.7, -1.5, 0.2])
+    Zs, P = _sslp_law(v, B, eps, B * (math.exp(eps) + 1) / (math.exp(eps) - 1) / sslp_constant(3))
+    np.testing.assert_allclose(P @ Zs, v, atol=1e-12)   # exact
+    rng = np.random.default_rng(3); v4 = np.array([1.0, -0.5, 3.0, -1.9])   # even m (padded), one entry clipped to B
+    draws = np.array([sslp_response(v4, B, eps, rng) for _ in range(40000)])
+    se = draws.std(0) / math.sqrt(len(draws)); target = np.clip(v4, -B, B)
+    assert (np.abs(draws.mean(0) - target) < 4 * se).all()
+    # a wrong constant (without 1/a_D) is biased and told apart
+    assert (np.abs(draws.mean(0) * sslp_constant(5) - target) > 4 * se).any()
+
+
+# ---------------------------------------------------------------- weighted trace norm
+
+def test_weighted_trace_norm_reduces_to_uniform_under_uniform_marginals():
+    full = synthetic(20, 12, 240, rank=2, noise=0.2, seed=4); rows = user_rows(full); users = np.arange(20)
+    fu = fit_sigma(rows, users, 12, 3, 0.5, 6, np.random.default_rng(0))
+    for zeta in (0.0, 0.1, 1.0):
+        fw = fit_sigma(rows, users, 12, 3, 0.5, 6, np.random.default_rng(0), zeta=zeta)
+        np.testing.assert_allclose(fu[2] @ fu[1].T, fw[2] @ fw[1].T, atol=1e-10)
+
+
+def test_weighted_trace_norm_objective_and_weights(small):
+    rows, users = user_rows(small), np.arange(60)
+    p, q = trace_weights(rows, users, 40, 0.1)
+    n_i = np.diff(rows[0])[users]
+    np.testing.assert_allclose(p, 60 * (0.9 * n_i / n_i.sum() + 0.1 / 60))
+    np.testing.assert_allclose(q, 40 * (0.9 * np.bincount(small.item, minlength=40) / len(small.item) + 0.1 / 40))
+    hist = []
+    fit_sigma(rows, users, 40, 6, 2.0, 25, np.random.default_rng(0), history=hist, zeta=0.1)
+    G = [h["objective"] for h in hist]
+    assert all(b <= a * (1 + 1e-9) for a, b in zip(G, G[1:])) and G[-1] < G[0]
+    pu, qu = trace_weights(rows, users, 40, 1.0); assert np.allclose(pu, 1) and np.allclose(qu, 1)   # zeta = 1: uniform
+    uw = fit_sigma(rows, users, 40, 6, 0.1, 5, np.random.default_rng(0), zeta=0.0)
+    uu = fit_sigma(rows, users, 40, 6, 0.1, 5, np.random.default_rng(0))
+    assert np.abs(uw[2] @ uw[1].T - uu[2] @ uu[1].T).max() > 0.05   # non-uniform marginals: a different fit
+    with pytest.raises(ValueError, match="zeta=-0.5"): XinPublicPrivate(trace="weighted", zeta=-0.5)
+    with pytest.raises(ValueError, match="trace="): XinPublicPrivate(trace="nuclear")
+
+
+# ---------------------------------------------------------------- response weight by validation
+
+def test_holdout_rows(small):
+    rows = user_rows(small); pub = np.arange(10)
+    kept, (hu, hj, hr) = holdout_rows(rows, pub, 0.1, np.random.default_rng(0))
+    assert set(hu) <= set(pub) and len(hu) + len(kept[1]) == len(rows[1])
+    n0, n1 = np.diff(rows[0]), np.diff(kept[0])
+    assert (n1[10:] == n0[10:]).all() and (n0[pub] - n1[pub] == np.maximum(1, (0.1 * n0[pub]).astype(int))).all()
+    held = set(zip(hu.tolist(), hj.tolist())); own = np.repeat(np.arange(len(n1)), n1)
+    assert not held & set(zip(own.tolist(), kept[1].tolist()))
+
+
+def test_weight_by_validation(split):
+    tr, _ = split
+    f = XinPublicPrivate(public=0.2, d=4, lam=0.03, em_iters=4, mode="sslp", epsilon=5.0, n_private=40, weight=None).fit(tr)
+    scores = f.params["validation"]
+    assert set(scores) == set(WEIGHTS) and f.params["weight"] == min(scores, key=scores.get)
+    assert scores[1e-5] < scores[0.5]   # SSLP's huge responses must weigh little
+    g = XinPublicPrivate(public=0.2, d=4, lam=0.03, em_iters=4, mode="sslp", epsilon=5.0, n_private=40, weight=f.params["weight"]).fit(tr)
+    np.testing.assert_allclose(f.V, g.V)   # the refit is the run at the chosen weight
+    assert XinPublicPrivate(public=0.2, d=4, em_iters=2, weight=None).fit(tr).params["validation"] is None   # local: no weight
 
 
 # ---------------------------------------------------------------- paper profile on an ML-10M-format fixture
@@ -160,7 +266,7 @@ def test_paper_profile_on_an_ml10m_fixture(tmp_path):
     n_rated = int((np.bincount(train.user) > 0).sum())
     rmse = lambda f: float(np.sqrt(np.mean((f.predict(test.user, test.item) - test.rating) ** 2)))
     out = {}
-    for mode in ("local", "pmd", "pmc", "laplace", "exact", "full-em"):
+    for mode in ("local", "pmd", "pmc", "laplace", "sslp", "exact", "full-em"):
         f = XinPublicPrivate(public=(p["n_public"] - 0.5) / n_rated, d=p["d"], lam=p["lam"], em_iters=p["em_iters"],
                              mode=mode, n_private=max(p["private"]), seed=p["seed"]).fit(train)
         assert f.params["n_public"] == p["n_public"] and f.params["n_responses"] == (0 if mode == "local" else max(p["private"]))
