@@ -8,6 +8,7 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/public_private.html.md"""
 from __future__ import annotations
 import math, time
 import numpy as np
+from scipy.sparse.linalg import svds
 from numba import njit
 from tqdm.auto import tqdm
 from . import checks
@@ -15,10 +16,10 @@ from .data import Ratings
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
 
 # %% auto #0
-__all__ = ['MODES', 'WEIGHTS', 'user_rows', 'local_factor', 'eq4_direct', 'e_step', 'm_step', 'objective', 'trace_weights',
-           'item_means', 'fit_sigma', 'soft_impute', 'pmd_swaps', 'pmd_candidates', 'pmd_response', 'pmc_response',
-           'laplace_response', 'exact_response', 'sslp_constant', 'sslp_response', 'XinPublicPrivate', 'holdout_rows',
-           'inference_measures']
+__all__ = ['MODES', 'WEIGHTS', 'user_rows', 'local_factor', 'eq4_direct', 'e_step', 'm_step', 'm_step_lowrank', 'm_step_top',
+           'objective', 'trace_weights', 'item_means', 'fit_sigma', 'soft_impute', 'pmd_swaps', 'pmd_candidates',
+           'pmd_response', 'pmc_response', 'laplace_response', 'exact_response', 'sslp_constant', 'sslp_response',
+           'XinPublicPrivate', 'holdout_rows', 'inference_measures']
 
 # %% ../nbs/08_public_private.ipynb #959aa188
 def user_rows(r: Ratings) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -62,6 +63,19 @@ def m_step(Z: np.ndarray,      # (rows, m) completed, centred rating vectors (pu
     V = np.zeros((Z.shape[1], d)); V[:, :k] = Qt[:k].T * np.sqrt(s[:k] / math.sqrt(w.sum() * Z.shape[1]))
     return V
 
+def m_step_lowrank(A: np.ndarray, B: np.ndarray, w: np.ndarray, d: int) -> np.ndarray:
+    "`m_step(A @ B.T, w, d)` for a rank-k product (A: rows × k, B: m × k) in O((rows + m)k²): thin QRs and a k × k SVD."
+    Qa, Ra = np.linalg.qr(A * np.sqrt(w)[:, None]); Qb, Rb = np.linalg.qr(B)
+    _, s, Wt = np.linalg.svd(Ra @ Rb.T); k = min(d, len(s))
+    V = np.zeros((B.shape[0], d)); V[:, :k] = (Qb @ Wt[:k].T) * np.sqrt(s[:k] / math.sqrt(w.sum() * B.shape[0]))
+    return V
+
+def m_step_top(Z: np.ndarray, w: np.ndarray, d: int, rng: np.random.Generator) -> np.ndarray:
+    "`m_step(Z, w, d)` by a truncated SVD (ARPACK, seeded start) when d is well below Z's dimensions: the EM's start."
+    if d >= min(Z.shape) - 1: return m_step(Z, w, d)
+    _, s, Qt = svds(Z * np.sqrt(w)[:, None], k=d, v0=rng.normal(size=min(Z.shape)))
+    return Qt[::-1].T * np.sqrt(s[::-1] / math.sqrt(w.sum() * Z.shape[1]))
+
 def objective(V, U, mu, rows, users, lam, p=None, q=None) -> float:
     "G at X_i = V u_i, Σ = V Vᵀ: squared error + λ′(Σ p_i‖u_i‖² + n m Σ_j q_j‖V_j‖²) (p = n·p_i, q = m·q_j; None: 1, uniform)."
     indptr, item, rating = rows
@@ -98,10 +112,10 @@ def fit_sigma(rows, users, n_items, d, lam, iters, rng, V=None, mu=None, history
     if V is None:   # start: the M-step of the zero-filled centred ratings, plus a small seeded jitter
         indptr, item, rating = rows; Z = np.zeros((len(users), n_items))
         for k, i in enumerate(users): Z[k, item[indptr[i]:indptr[i+1]]] = rating[indptr[i]:indptr[i+1]] - mu[item[indptr[i]:indptr[i+1]]]
-        V = m_step(Z * dq, p, d) / dq[:, None] + rng.normal(scale=1e-3, size=(n_items, d))
+        V = m_step_top(Z * dq, p, d, rng) / dq[:, None] + rng.normal(scale=1e-3, size=(n_items, d))
     for t in range(iters):
         U = e_step(V, mu, rows, users, lam * p)
-        V = m_step((U @ V.T) * dq, p, d) / dq[:, None]
+        V = m_step_lowrank(U, V * dq[:, None], p, d) / dq[:, None]   # = m_step((U Vᵀ) Q^{1/2}, p, d), rank d
         if history is not None: history.append(dict(stage="em", iter=t, objective=objective(V, e_step(V, mu, rows, users, lam * p), mu, rows, users, lam, p, q)))
     return mu, V, e_step(V, mu, rows, users, lam * p)
 
@@ -194,7 +208,7 @@ def sslp_response(v: np.ndarray,            # (m,) the centred completed vector 
 
 # %% ../nbs/08_public_private.ipynb #bd9526dd
 MODES = ("local", "pmd", "pmc", "laplace", "sslp", "exact", "full-em")
-WEIGHTS = (0.5, 0.1, 1e-2, 1e-3, 1e-4, 1e-5)   # the validation grid of `weight=None`
+WEIGHTS = (0.5, 0.1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7)   # the validation grid of `weight=None`
 
 @register_mechanism("xin")
 class XinPublicPrivate(Mechanism):

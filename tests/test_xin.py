@@ -12,7 +12,7 @@ from dpmf_lit.data import random_split, synthetic
 from dpmf_lit.mechanism import get_mechanism
 from dpmf_lit.testing import ACCEPT, REJECT
 from dpmf_lit.xin import (MODES, WEIGHTS, XinPublicPrivate, e_step, eq4_direct, fit_sigma, holdout_rows, item_means,
-                          laplace_response, local_factor, m_step, objective, pmc_response, pmd_candidates, pmd_response,
+                          laplace_response, local_factor, m_step, m_step_lowrank, m_step_top, objective, pmc_response, pmd_candidates, pmd_response,
                           soft_impute, sslp_constant, sslp_response, trace_weights, user_rows)
 
 
@@ -132,6 +132,16 @@ def test_public_selection(split):
     assert len(rand) == len(most) and set(rand) != set(most)
 
 
+def test_fast_m_steps_equal_the_dense_one():
+    rng = np.random.default_rng(9)
+    for rows, m, k, d in ((30, 25, 4, 3), (200, 60, 10, 10), (15, 40, 6, 2)):
+        A, B, w = rng.normal(size=(rows, k)), rng.normal(size=(m, k)), rng.uniform(0.1, 2, rows)
+        Vd, Vl = m_step(A @ B.T, w, d), m_step_lowrank(A, B, w, d)
+        np.testing.assert_allclose(Vd @ Vd.T, Vl @ Vl.T, atol=1e-9)
+        Z = rng.normal(size=(rows, m)); Vd, Vt = m_step(Z, w, d), m_step_top(Z, w, d, rng)
+        np.testing.assert_allclose(Vd @ Vd.T, Vt @ Vt.T, atol=1e-7)
+
+
 # ---------------------------------------------------------------- SSLP (Duchi et al.'s l-infinity sampler)
 
 def _sslp_law(v, B, eps, Bp):
@@ -226,7 +236,7 @@ def test_holdout_rows(small):
 
 def test_weight_by_validation(split):
     tr, _ = split
-    f = XinPublicPrivate(public=0.2, d=4, lam=0.03, em_iters=4, mode="sslp", epsilon=5.0, n_private=40, weight=None).fit(tr)
+    f = XinPublicPrivate(public=0.2, d=4, lam=0.03, em_iters=4, mode="sslp", epsilon=5.0, n_private=40, weight=None).fit(tr, progress=True)
     scores = f.params["validation"]
     assert set(scores) == set(WEIGHTS) and f.params["weight"] == min(scores, key=scores.get)
     assert scores[1e-5] < scores[0.5]   # SSLP's huge responses must weigh little
