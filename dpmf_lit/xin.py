@@ -105,7 +105,7 @@ def item_means(rows, users, n_items) -> np.ndarray:
     glob = rating[idx].mean() if len(idx) else 0.0
     return np.where(c > 0, s / np.maximum(c, 1), glob)
 
-def fit_sigma(rows, users, n_items, d, lam, iters, rng, V=None, mu=None, history=None, zeta=None):
+def fit_sigma(rows, users, n_items, d, lam, iters, rng, V=None, mu=None, history=None, zeta=None, progress=False):
     "EM on `users`: (μ, V, U). Starts from V (or the zero-filled M-step) and μ (or the users' item means); zeta: weighted trace norm (§1)."
     mu = item_means(rows, users, n_items) if mu is None else mu
     p, q = trace_weights(rows, users, n_items, zeta); dq = np.sqrt(q)
@@ -113,7 +113,7 @@ def fit_sigma(rows, users, n_items, d, lam, iters, rng, V=None, mu=None, history
         indptr, item, rating = rows; Z = np.zeros((len(users), n_items))
         for k, i in enumerate(users): Z[k, item[indptr[i]:indptr[i+1]]] = rating[indptr[i]:indptr[i+1]] - mu[item[indptr[i]:indptr[i+1]]]
         V = m_step_top(Z * dq, p, d, rng) / dq[:, None] + rng.normal(scale=1e-3, size=(n_items, d))
-    for t in range(iters):
+    for t in tqdm(range(iters), desc="xin EM", disable=not progress):
         U = e_step(V, mu, rows, users, lam * p)
         V = m_step_lowrank(U, V * dq[:, None], p, d) / dq[:, None]   # = m_step((U Vᵀ) Q^{1/2}, p, d), rank d
         if history is not None: history.append(dict(stage="em", iter=t, objective=objective(V, e_step(V, mu, rows, users, lam * p), mu, rows, users, lam, p, q)))
@@ -287,7 +287,8 @@ def _xin_scale(train: Ratings) -> np.ndarray:
 def _xin_run(self: XinPublicPrivate, rows, m, pub, priv, weight, scale, lo, hi, progress=False):
     "(μ, V, history): the EM on the public users (all users in 'full-em'), then the responses in batches, weighted `weight`."
     em_users = np.concatenate([pub, priv]) if self.mode == "full-em" else pub
-    mu, V, U = fit_sigma(rows, em_users, m, self.d, self.lam, self.em_iters, self.rng(0), zeta=self.zeta if self.trace == "weighted" else None)
+    mu, V, U = fit_sigma(rows, em_users, m, self.d, self.lam, self.em_iters, self.rng(0),
+                          zeta=self.zeta if self.trace == "weighted" else None, progress=progress)
     history = [dict(stage="em", users=len(em_users), iters=self.em_iters)]
     if self.mode in ("local", "full-em"): return mu, V, history
     rng, resp, (indptr, item, rating) = self.rng(1), [], rows
