@@ -23,6 +23,7 @@ Modules:
 - `dpmf_lit.site`: Process the notebooks for Quarto wherever the clone lives, check that every page, link and figure resolves, build an offline HTML preview with typeset math, and generate the README and the package's list of modules.
 - `dpmf_lit.splits`: Compact codes, count filters, the Netflix movie subsets, random subsamples, and the four ways to hold out ratings (random, k-fold, per user, public/private users), each seeded.
 - `dpmf_lit.synthetic`: A generator of rating data of any size that looks like real data: low rank plus noise, power-law item popularity, log-normal user activity, unique pairs; parallel, deterministic in the seed, and refused up front when it cannot fit in memory.
-- `dpmf_lit.testing`: Small problems and plain-numpy references of the kernels, shared by the tests and the notebooks so that no reference is typed twice."""
+- `dpmf_lit.testing`: Small problems and plain-numpy references of the kernels, shared by the tests and the notebooks so that no reference is typed twice.
+- `dpmf_lit.xin`: Public users train a trace-norm model in its Σ-form; private users predict locally with Eq. 4; private users who contribute release 2nd-order information with 1st-order (element-wise) deniability: PMD and PMC. Element-wise deniability is **not** differential privacy."""
 
 __version__ = "0.0.1"
