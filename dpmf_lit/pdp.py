@@ -9,13 +9,13 @@ from __future__ import annotations
 import math, time
 from dataclasses import dataclass
 import numpy as np
-from numba import njit
 from scipy import sparse
 
 from .data import Ratings
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
 from .checks import check_choice, check_float, check_int, check_positive
 from .privacy import PrivacyAccountant, _generator
+from .kernels import mf_gradient
 from .hua import (clip_rows, gd_item_factors, gd_step_sizes, item_normal_equations, privacy_loss,
                           sample_item_noise, solve_item_factors)
 
@@ -136,20 +136,6 @@ def resolve_threshold(spec: PrivacySpec, t, expected: float | None = None) -> fl
         else: t = spec.threshold(t)
     return check_threshold(spec, t)
 
-# %% ../nbs/05_pdp_pmf.ipynb #pdp021
-@njit(cache=True)
-def _loss_gradients(user, item, rating, U, V, gU, gV):
-    "Sum-gradients of the squared-error term of Eq. (1) (Eqs. 4-5 without the lambda terms), into zeroed gU, gV."
-    gU[:] = 0.0; gV[:] = 0.0
-    d = U.shape[1]
-    for n in range(rating.shape[0]):
-        i, j = user[n], item[n]
-        e = -rating[n]
-        for a in range(d): e += U[i, a] * V[j, a]
-        for a in range(d):
-            gU[i, a] += e * V[j, a]
-            gV[j, a] += e * U[i, a]
-
 # %% ../nbs/05_pdp_pmf.ipynb #pdp022
 def unit_rows(n: int, d: int, seed=0) -> np.ndarray:
     "n uniformly random rows of norm 1 in R^d (the paper's U(0), V(0))."
@@ -158,8 +144,9 @@ def unit_rows(n: int, d: int, seed=0) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 def pmf_gd(ratings: Ratings, d: int = 20, lam_u: float = 0.01, lam_v: float = 0.01, gamma: float = 50.0,
-           k1: int = 50, seed=0) -> tuple[np.ndarray, np.ndarray]:
-    "Alg. 2 lines 1-13: k1 full-batch steps of Eqs. (2)-(5) from unit rows, step gamma/|Omega| capped per row."
+           k1: int = 50, seed=0, project: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Alg. 2 lines 1-13: k1 full-batch steps of Eqs. (2)-(5) from unit rows, step gamma/|Omega| capped per row;
+    `project`: scale U's rows back to norm <= 1 after every step (instead of clipping once at the end)."""
     d, k1, gamma = check_int("d", d, 1), check_int("k1", k1, 1), check_positive("gamma", gamma)
     lam_u, lam_v = check_positive("lam_u", lam_u), check_positive("lam_v", lam_v)
     g = _generator(seed)
@@ -167,12 +154,13 @@ def pmf_gd(ratings: Ratings, d: int = 20, lam_u: float = 0.01, lam_v: float = 0.
     user, item, r = ratings.user.astype(np.int64), ratings.item.astype(np.int64), ratings.rating.astype(np.float64)
     k_u = np.bincount(user, minlength=ratings.n_users); k_v = np.bincount(item, minlength=ratings.n_items)
     step, gU, gV = gamma / max(len(ratings), 1), np.empty_like(U), np.empty_like(V)
+    b, c, gb, gc = np.zeros(ratings.n_users), np.zeros(ratings.n_items), np.zeros(ratings.n_users), np.zeros(ratings.n_items)
     for _ in range(k1):
-        _loss_gradients(user, item, r, U, V, gU, gV)
-        gU += lam_u * U; gV += lam_v * V
+        mf_gradient(user, item, r, U, V, b, c, 0.0, lam_u, lam_v, 0.0, False, False, gU, gV, gb, gc)   # Eqs. (4)-(5)
         su = np.minimum(step, 1 / (k_u * (V * V).sum(1).max() + lam_u))   # cap: <= 1/lambda_max of each row's Hessian
         sv = np.minimum(step, 1 / (k_v * (U * U).sum(1).max() + lam_v))
         U -= su[:, None] * gU; V -= sv[:, None] * gV
+        if project: U = clip_rows(U)
     return U, V
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp026

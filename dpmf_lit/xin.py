@@ -267,7 +267,7 @@ def _xin_report(self: XinPublicPrivate, m: int) -> PrivacyReport:
             "pmd": "element-wise deniability (Def. 4.1), not DP: each released coordinate is uniform on the scale",
             "pmc": "element-wise deniability (Def. 4.1), not DP: each released coordinate is ±h; the signs of r − μ and h are revealed",
             "exact": "not private: the exact second order a(r − μ) is released", "full-em": "not private: private ratings join the EM"}[self.mode]
-    return PrivacyReport(released=("V",), method=what, scope="", notes=f"{what}; {base}; no differential-privacy guarantee")
+    return PrivacyReport(released=("V",), method=what, scope=base, notes=f"{what}; {base}; no differential-privacy guarantee")
 
 # %% ../nbs/08_public_private.ipynb #fd28a436
 def _xin_respond(self: XinPublicPrivate, r, mu, lo, hi, scale, rng):
