@@ -20,6 +20,7 @@ Modules:
 - `dpmf_lit.reproduce`: One command regenerates every figure: a manifest of parameterized experiment notebooks, executed with papermill, atomically, skipping what is up to date, locally or on Dask.
 - `dpmf_lit.results`: Numbers quoted in the notebooks' prose are read from `figures/results.json` and asserted, so the prose cannot drift from the results the batch produced.
 - `dpmf_lit.settings`: The reproduction's own settings: where data, figures and build outputs live, which profile the batch runs, how many jobs, and where each data set comes from.
+- `dpmf_lit.sgld`: One posterior sample of a tempered, bounded-likelihood MF posterior is user-level DP; stochastic gradient Langevin dynamics samples it at nearly the speed of SGD. Reproduced, the constants derived, the sampler audited.
 - `dpmf_lit.site`: Process the notebooks for Quarto wherever the clone lives, check that every page, link and figure resolves, build an offline HTML preview with typeset math, and generate the README and the package's list of modules.
 - `dpmf_lit.splits`: Compact codes, count filters, the Netflix movie subsets, random subsamples, and the four ways to hold out ratings (random, k-fold, per user, public/private users), each seeded.
 - `dpmf_lit.synthetic`: A generator of rating data of any size that looks like real data: low rank plus noise, power-law item popularity, log-normal user activity, unique pairs; parallel, deterministic in the seed, and refused up front when it cannot fit in memory.
