@@ -18,14 +18,15 @@ from . import mf as dpmf
 from . import checks
 
 # %% auto #0
-__all__ = ['ENGINES', 'DPMF_ENGINES', 'DATASETS', 'NETFLIX_SHAPE', 'QUICK_SHAPE', 'EPOCHS_REPEATS', 'TARGETS', 'bench_dataset',
-           'cache_sizes', 'machine_info', 'perf_counters_status', 'machine_load', 'stream_bandwidth', 'random_row_rate',
-           'compute_scaling', 'bench_subsample', 'run_bench', 'bench_ratios', 'format_table', 'layout_study',
-           'block_times', 'strata_speedup', 'free_block_speedup']
+__all__ = ['ENGINES', 'DPMF_ENGINES', 'SGLD_ENGINES', 'DATASETS', 'NETFLIX_SHAPE', 'QUICK_SHAPE', 'EPOCHS_REPEATS', 'TARGETS',
+           'bench_dataset', 'cache_sizes', 'machine_info', 'perf_counters_status', 'machine_load', 'stream_bandwidth',
+           'random_row_rate', 'compute_scaling', 'bench_subsample', 'run_bench', 'bench_ratios', 'format_table',
+           'layout_study', 'block_times', 'strata_speedup', 'free_block_speedup']
 
 # %% ../nbs/91_bench.ipynb #84d1a99f
-ENGINES = ("dpmf-sgd", "dpmf-sgd-parallel", "surprise-svd", "libmf")
+ENGINES = ("dpmf-sgd", "dpmf-sgd-parallel", "surprise-svd", "libmf", "dpmf-sgld-table", "dpmf-sgld-fresh")
 DPMF_ENGINES = ("dpmf-sgd", "dpmf-sgd-parallel")
+SGLD_ENGINES = ("dpmf-sgld-table", "dpmf-sgld-fresh")   # Liu et al.'s sampler (07_sgld) on the same block grid
 DATASETS = ("ml-100k", "synthetic-netflix")
 NETFLIX_SHAPE = dict(n_users=480_189, n_items=17_770, n_ratings=20_000_000)
 QUICK_SHAPE = dict(n_users=600, n_items=300, n_ratings=20_000)
@@ -33,7 +34,8 @@ QUICK_SHAPE = dict(n_users=600, n_items=300, n_ratings=20_000)
 EPOCHS_REPEATS = {"ml-100k": (10, 5), "synthetic-netflix": (3, 2), "small": (5, 3), "large": (3, 2), "quick": (2, 1)}
 TARGETS = {"d": 64, "vs_surprise": 10.0, "vs_libmf": 2.0, "speedup": 1.8,
            "setup_epochs": 2.0,          # block-grid setup at most this many epochs (same threads)
-           "fit_vs_libmf": 0.5}          # whole fit (setup + epochs + evaluation) at most this share of LIBMF's
+           "fit_vs_libmf": 0.5,          # whole fit (setup + epochs + evaluation) at most this share of LIBMF's
+           "sgld_vs_sgd": 0.5}           # SGLD with the Gaussian table at least this share of SGD's updates/s (same d, threads)
 
 # %% ../nbs/91_bench.ipynb #561fdeec
 def bench_dataset(name: str, seed: int = 0) -> "dpdata.Ratings":
@@ -259,6 +261,38 @@ def _bench_dpmf(r, d: int, threads: int, epochs: int, repeats: int, kernel: str 
                 timing=f"kernel only, best of {repeats} fits of {epochs} epochs", train_rmse_sample=rmse,
                 layout="indirect shuffled order" if kernel == "serial" else f"{threads}x{threads} grid, layout={layout!r}")
 
+# %% ../nbs/91_bench.ipynb #7d6817fa
+def _bench_sgld(r, d: int, threads: int, epochs: int, repeats: int, noise: str = "table", table_size: int = 65_536,
+                seed: int = 0, layout: str = "user") -> dict:
+    "Time `epochs` epochs of the SGLD kernel (Gaussian `noise` from a table or fresh) on the SGD engine's grid; best of `repeats`."
+    from dpmf_lit import sgld
+    old = numba.get_num_threads()
+    try:
+        numba.set_num_threads(threads)
+        t0 = time.perf_counter()
+        blocks = dpmf.prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_threads=threads, seed=seed, layout=layout)
+        inv = lambda x, n: (1.0 / np.maximum(np.bincount(x, minlength=n), 1)).astype(np.float32)
+        inv_n, inv_m, w = inv(r.user, r.n_users), inv(r.item, r.n_items), np.ones(r.n_users, np.float32)
+        table = sgld.gaussian_table(table_size, d, seed) if noise == "table" else np.zeros(0, np.float32)
+        setup_s, mu, lo, hi = time.perf_counter() - t0, float(np.mean(r.rating)), float(np.min(r.rating)), float(np.max(r.rating))
+        epoch = lambda P, Q, bu, bi, t: sgld.sgld_epoch_parallel(*blocks, P, Q, bu, bi, mu, lo, hi, 1e-3, 10.0, w, 1.0, 1.0, 1.0,
+                                                                 inv_n, inv_m, table, seed, t, True)
+        fits = []
+        for rep in range(repeats + 1):   # the first fit compiles (or loads the cache) and is not counted
+            P, Q, bu, bi = _init_factors(r, d, seed + rep)
+            secs, cpu, _ = _timed(lambda: [epoch(P, Q, bu, bi, t) for t in range(epochs)])
+            fits.append((secs, cpu))
+    finally: numba.set_num_threads(old)
+    best, cpu = min(f[0] for f in fits[1:] or fits), min(f[1] for f in fits[1:] or fits)
+    rmse = _sample_rmse(r, lambda u, i: np.clip(mu + bu[u] + bi[i] + np.einsum("ij,ij->i", P[u], Q[i]), lo, hi))
+    n_upd = epochs * len(r)
+    return dict(engine=f"dpmf-sgld-{noise}", threads=threads, seconds=best, updates_per_s=n_upd / best,
+                updates_per_cpu_s=n_upd / max(cpu, 1e-9), setup_s=setup_s, compile_seconds=max(fits[0][0] - best, 0.0),
+                jit_cache=_jit_state(sgld.sgld_epoch_parallel), train_rmse_sample=rmse,
+                timing=f"kernel only, best of {repeats} fits of {epochs} epochs after one warm-up fit",
+                layout=f"{threads}x{threads} grid, layout={layout!r}" + (f", table of {table_size:,}" if noise == "table" else ", fresh draws"))
+
+
 # %% ../nbs/91_bench.ipynb #221a4fcb
 def _marginal(n: int, epochs: int, t_E: list, t_1: list, c_E: list, c_1: list) -> dict:
     """Marginal per-epoch rate from whole-fit wall times (`t_*`) and process CPU times (`c_*`)
@@ -458,6 +492,10 @@ def _machine_limits(r, d: int, threads: tuple, seed: int) -> dict:
 def _bench_cell(e: str, r, d: int, t: int, E: int, R: int, lim: dict, seed: int, layout: str,
                 surprise_max_ratings: int, engine_timeout: float | None) -> dict:
     "One row: engine `e` on `r` at rank `d` with `t` threads (dpmf in this process, the others in a child)."
+    if e in SGLD_ENGINES:
+        row = _bench_sgld(r, d, t, E, R, noise=e.rsplit("-", 1)[1], seed=seed)
+        traffic = 24 * d + 20   # SGD's 16d + 12 plus 2(d + 1) float32 noise numbers read
+        return {**row, "bytes_per_update": traffic, "gb_per_s": row["updates_per_s"] * traffic / 1e9, **lim.get(t, {})}
     if e not in DPMF_ENGINES: return _reference_row(e, r, d, t, E, R, seed, surprise_max_ratings, engine_timeout)
     row = _bench_dpmf(r, d, t, E, R, kernel="serial" if e == "dpmf-sgd" else "parallel", seed=seed, layout=layout)
     row.update(bytes_per_update=16 * d + 12, gb_per_s=row["updates_per_s"] * (16 * d + 12) / 1e9, **lim.get(t, {}))
@@ -563,6 +601,9 @@ def bench_ratios(rows: list[dict]) -> list[dict]:
                         dpmf_vs_libmf_1_cpu=div(dp1c, rate(("libmf",), 1, "updates_per_cpu_s")),
                         compute_scaling=rate(DPMF_ENGINES, tN, "compute_scaling"),
                         setup_epochs=_rate(rows, dataset, d, ("dpmf-sgd-parallel",), tN or 1, "setup_epochs", min),
+                        sgld_vs_sgd_1=div(rate(("dpmf-sgld-table",), 1), rate(("dpmf-sgd-parallel",), 1)),
+                        sgld_vs_sgd_all=div(rate(("dpmf-sgld-table",), tN), rate(("dpmf-sgd-parallel",), tN)),
+                        fresh_vs_sgd_1=div(rate(("dpmf-sgld-fresh",), 1), rate(("dpmf-sgd-parallel",), 1)),
                         fit_vs_libmf=div(_rate(rows, dataset, d, ("dpmf-sgd-parallel",), tN or 1, "fit_s", min),
                                          _rate(rows, dataset, d, ("libmf",), tN or 1, "fit_s", min))))
     return out
@@ -607,9 +648,16 @@ def format_table(rows: list[dict]) -> str:
                      f"{_fmt(q['parallel_scaling']):>16} {_fmt(q['libmf_speedup']):>13} {_fmt(q['compute_scaling']):>15} "
                      f"{_fmt(q['setup_epochs']) + at_most(q['setup_epochs'], TARGETS['setup_epochs'], on):>12} "
                      f"{_fmt(q['fit_vs_libmf']) + at_most(q['fit_vs_libmf'], TARGETS['fit_vs_libmf'], on):>13}")
+    sg = [q for q in bench_ratios(rows) if q["sgld_vs_sgd_1"] is not None or q["sgld_vs_sgd_all"] is not None]
+    if sg:
+        lines += ["", "SGLD / SGD on the same grid (updates/s, same d and threads; Liu et al.'s sampler, 07_sgld)",
+                  f"{'dataset':<18} {'d':>4} {'table 1t':>10} {'table all':>10} {'fresh 1t':>10}"]
+        lines += [f"{str(q['dataset']):<18} {q['d']:>4} {_fmt(q['sgld_vs_sgd_1']) + mark(q['sgld_vs_sgd_1'], TARGETS['sgld_vs_sgd'], True):>10} "
+                  f"{_fmt(q['sgld_vs_sgd_all']):>10} {_fmt(q['fresh_vs_sgd_1']):>10}" for q in sg]
     lines.append(f"targets at d = {TARGETS['d']}: >= {TARGETS['vs_surprise']:g}x Surprise and >= {TARGETS['vs_libmf']:g}x libmf "
                  f"on one thread; >= {TARGETS['speedup']:g}x from 1 to 2 threads; block-grid setup <= {TARGETS['setup_epochs']:g} epochs; "
-                 f"whole fit <= {TARGETS['fit_vs_libmf']:g}x LIBMF's (all at the most threads of the run)")
+                 f"whole fit <= {TARGETS['fit_vs_libmf']:g}x LIBMF's (all at the most threads of the run); SGLD with the table >= "
+                 f"{TARGETS['sgld_vs_sgd']:g}x SGD (any d)")
     return "\n".join(lines)
 
 # %% ../nbs/91_bench.ipynb #be42fd45

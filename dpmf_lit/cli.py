@@ -145,7 +145,7 @@ def _bench_options(p: argparse.ArgumentParser):
                    help="data sets: ml-100k, synthetic-netflix, quick, or any settings.ini name (default: ml-100k synthetic-netflix)")
     p.add_argument("--d", dest="ds", nargs="+", type=int, metavar="D", default=None, help="ranks (default: 16 64 128)")
     p.add_argument("--engines", nargs="+", metavar="ENGINE", default=None,
-                   help="dpmf-sgd, dpmf-sgd-parallel, surprise-svd, libmf (default: all; missing packages are skipped with a warning)")
+                   help="dpmf-sgd, dpmf-sgd-parallel, surprise-svd, libmf, dpmf-sgld-table, dpmf-sgld-fresh (default: all; missing packages are skipped with a warning)")
     p.add_argument("--threads", nargs="+", type=int, metavar="N", default=None, help="thread counts (default: 1 and all cores)")
     p.add_argument("--epochs", type=int, default=None, help="epochs per timed fit (default: per data set)")
     p.add_argument("--repeats", type=int, default=None, help="timed repeats, best kept (default: per data set)")
@@ -224,7 +224,8 @@ def _bench_and_reproduce_parsers(sub, common, fmt):
     bench = sub.add_parser("bench", parents=[common], help="rating updates per second against Surprise and libmf",
                            description="Measure rating updates per second of the dpmf SGD kernel (one thread and all "
                                        "threads) against Surprise's SVD and the libmf binding on identical data and "
-                                       "epochs, in one run; compile time is excluded and reported separately.")
+                                       "epochs, in one run, and Liu et al.'s SGLD sampler (Gaussian table or fresh draws) as a ratio to SGD; "
+                                       "compile time is excluded and reported separately.")
     bench.add_argument("--json", action="store_true",
                        help="print a JSON list of rows (engine, dataset, d, threads, updates_per_s, ...)")
     _bench_options(bench)

@@ -221,7 +221,7 @@ class SGLD(Mechanism):
                  noise: str = "table",            # Gaussian draws from a 'table' or 'fresh' (counter-based)
                  table_size: int = 65_536,        # numbers in the Gaussian table (at least d + 1)
                  mu: float | None = None,         # public offset μ (None: the midpoint of the rating range)
-                 local_reg: float = 0.1,          # ridge λ of each user's local fit of (u_i, b_i) given V, c
+                 local_reg: float = 1.0,          # ridge λ of each user's local fit of (u_i, b_i) given V, c
                  threads: int | None = None,      # threads to run (None: 1)
                  blocks: int | None = None,       # G of the G x G block grid (None: threads); fixes the result
                  layout: str = "user",            # order inside a block: 'user' (user visits) or 'random'
@@ -355,6 +355,6 @@ def _sgld_report(self: SGLD, p: dict, w: np.ndarray) -> PrivacyReport:
              f"bound by {self.bound} to tau = {self.tau}; per-user epsilon_i = w_i*epsilon in "
              f"[{eps_w.min():g}, {eps_w.max():g}] (median {np.median(eps_w):g}); eta = {p['eta']:.4g}")
     scope = (f"exact-sampling guarantee for one user's ratings ({self.neighbouring.replace('_', '/')}); "
-             f"{_audit_note()}; U and user biases are not released (each user fits them locally)")
-    return PrivacyReport(released=("V", "item_bias"), unit=unit, epsilon=float(eps_w.max()), delta=0.0,
+             f"{_audit_note()}; V is released with the item biases c, U and b are not (each user fits them locally)")
+    return PrivacyReport(released=("V",), unit=unit, epsilon=float(eps_w.max()), delta=0.0,
                          method="one posterior sample (Wang et al. 2015) by SGLD", notes=notes, scope=scope)
