@@ -17,7 +17,7 @@ from .data import Ratings
 from .kernels import (_GOLDEN, _JIT, _below, _mix64, PREFETCH_AHEAD, als_sweep, predict_kernel,
                               prefetch_row, prepare_sgd_blocks, stratum_block, to_csr)
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
-from .privacy import ops_likelihood_scale
+from .testing import _M64, _below_reference, _mix64_reference
 
 # %% auto #0
 __all__ = ['trim_ratings', 'reweighting', 'gaussian_table', 'fresh_normals', 'sgld_epoch_parallel', 'sgld_epoch',
@@ -155,23 +155,16 @@ def sgld_epoch(user, item, rating, U, V, b, c, mu, lo, hi, eta, lik, weight, lam
                        _epoch_key(seed, epoch), use_bias)
 
 # %% ../nbs/07_sgld.ipynb #565a24a4
-_M64 = (1 << 64) - 1
-def _mix64_py(z: int) -> int:
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
-    return z ^ (z >> 31)
-
 def sgld_epoch_numpy(user, item, rating, U, V, b, c, mu, lo, hi, eta, lik, weight, lam_u, lam_v, lam_b, inv_n, inv_m,
                      table, seed, epoch, use_bias):
     "The table-noise serial epoch in plain Python/numpy (float64), in place; for checking the kernels on small inputs."
     G, d = 0x9E3779B97F4A7C15, U.shape[1]
-    key = _mix64_py(((seed * G) & _M64) ^ _mix64_py((epoch + G) & _M64))
+    key = _mix64_reference(((seed * G) & _M64) ^ _mix64_reference((epoch + G) & _M64))
     T, pos, sse = len(table) - 2 * (d + 1), 0, 0.0
     for k in range(len(user)):
         i, j = int(user[k]), int(item[k])
         if k == 0 or user[k] != user[k - 1]:
-            x = _mix64_py((key + k * G) & _M64)
-            pos = min(int(float(x >> 11) * 2.0 ** -53 * T), T - 1)
+            pos = _below_reference(_mix64_reference((key + k * G) & _M64), T)
         zu, zv = table[pos:pos + d + 1].astype(np.float64), table[pos + d + 1:pos + 2 * d + 2].astype(np.float64)
         raw = mu + U[i] @ V[j] + (b[i] + c[j] if use_bias else 0.0)
         e = rating[k] - min(max(raw, lo), hi)
@@ -270,8 +263,8 @@ SGLD.resolved_params = _sgld_resolved
 # %% ../nbs/07_sgld.ipynb #263bf6bb
 def _per_user_weights(self: SGLD, train: Ratings, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     "(w_i, the weight on each of user i's ratings in the likelihood: w_i, times min(1, tau/n_i) when reweighting)."
-    w = np.ones(train.n_users, np.float32) if self.weights is None else np.broadcast_to(
-        np.asarray(self.weights, np.float32), (train.n_users,)).copy()
+    w = np.full(train.n_users, 1.0 if self.weights is None else self.weights, np.float32) if np.ndim(self.weights) == 0 \
+        else np.asarray(self.weights, np.float32)
     if w.shape != (train.n_users,):
         raise ValueError(f"weights has {w.size} entries; train has n_users={train.n_users}")
     return w, (w * reweighting(counts, self.tau) if self.bound == "reweight" else w)
