@@ -174,6 +174,11 @@ def _user_marginal(model: TinyMF, v, c, u, log_q, r, w):
         out[a] = np.logaddexp.reduce(log_q[None, :] + model.gamma * w * ll, axis=1)
     return out
 
+def _cell_cdf(g, p, x):
+    if len(g) == 1: return (np.asarray(x) >= g[0]).astype(np.float64)
+    h = g[1] - g[0]
+    return np.interp(x, np.concatenate([[g[0] - h / 2], g + h / 2]), np.concatenate([[0.0], np.cumsum(p)]))
+
 @dataclass
 class TinyPosterior:
     "Exact posterior of the released (v, c) of a `TinyMF` on a grid: cell probabilities, piecewise-constant density."
@@ -183,12 +188,16 @@ class TinyPosterior:
 
     @property
     def p_v(self) -> np.ndarray: return np.exp(np.logaddexp.reduce(self.log_p, axis=1))
+    @property
+    def p_c(self) -> np.ndarray: return np.exp(np.logaddexp.reduce(self.log_p, axis=0))
 
     def cdf_v(self, x) -> np.ndarray:
         "Exact CDF of the marginal of v (linear inside each cell)."
-        h = self.v[1] - self.v[0]
-        edges = np.concatenate([[self.v[0] - h / 2], self.v + h / 2])
-        return np.interp(x, edges, np.concatenate([[0.0], np.cumsum(self.p_v)]))
+        return _cell_cdf(self.v, self.p_v, x)
+
+    def cdf_c(self, x) -> np.ndarray:
+        "Exact CDF of the marginal of c (a step at 0 without bias)."
+        return _cell_cdf(self.c, self.p_c, x)
 
     def cell(self, v, c):
         "Indices of the cells that hold the points (v, c) (clamped to the grid)."
@@ -233,10 +242,13 @@ def tiny_sgld(model: TinyMF,      # the data and the model
               epochs: int,        # epochs (one Langevin step of every parameter each)
               n_chains: int,      # independent chains (independent runs of the release), simulated side by side
               seed: int,          # seed of the initialisation, the orders and the noise
-             ) -> tuple:
+              snapshots=None,     # None: return the last (v, c); a list of epochs: [(v, c) after each of them]
+             ):
     """Reference SGLD for `TinyMF`, the per-rating update of the shared model spec (numpy, seeded): each chain
     starts from the prior, visits the ratings in a fresh random order every epoch and returns its last (v, c)."""
     epochs = check_int("epochs", epochs, 1); C = check_int("n_chains", n_chains, 1)
+    keep = sorted({check_int("snapshots", e, 1) for e in snapshots}) if snapshots is not None else [epochs]
+    if keep[-1] > epochs: raise ValueError(f"snapshots={snapshots!r} must be <= epochs={epochs}")
     etas = np.broadcast_to(np.asarray(eta, np.float64), (epochs,))
     if not np.all(np.isfinite(etas) & (etas > 0)): raise ValueError(f"eta={eta!r} must be > 0")
     rng = np.random.default_rng(seed); M = model
@@ -244,7 +256,7 @@ def tiny_sgld(model: TinyMF,      # the data and the model
     u = rng.standard_normal((C, n)) / math.sqrt(M.lambda_u)
     v = rng.standard_normal(C) / math.sqrt(M.lambda_v)
     c = rng.standard_normal(C) / math.sqrt(M.lambda_b) if M.bias else np.zeros(C)
-    rows = np.arange(C)
+    rows, out = np.arange(C), []
     for t in range(epochs):
         h = etas[t]; order = np.argsort(rng.random((C, n)), axis=1)
         for s in range(n):
@@ -255,7 +267,8 @@ def tiny_sgld(model: TinyMF,      # the data and the model
             u[rows, i] = ui + h / 2 * (ge * v - M.lambda_u * ui) + math.sqrt(h) * xi[0]
             v = v + h / 2 * (ge * ui - M.lambda_v * v / m) + math.sqrt(h / m) * xi[1]
             if M.bias: c = c + h / 2 * (ge - M.lambda_b * c / m) + math.sqrt(h / m) * xi[2]
-    return v, c
+        if t + 1 in keep: out.append((v.copy(), c.copy()))
+    return out[-1] if snapshots is None else out
 
 def ks_distance(x, cdf) -> float:
     "Kolmogorov-Smirnov distance sup |F_n - F| of the samples x from the exact CDF `cdf`."

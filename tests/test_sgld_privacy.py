@@ -155,9 +155,7 @@ def test_tiny_posterior_and_exact_sampler(pair):
     assert math.isclose(np.exp(P.log_p).sum(), 1.0, rel_tol=1e-12) and P.log_p.shape == (121, 121)
     v, c = P.sample(30_000, seed=1)
     assert ks_p(v, P.cdf_v) > ACCEPT and ks_p(1.15 * v, P.cdf_v) < REJECT
-    hc = P.c[1] - P.c[0]
-    cdf_c = lambda x: np.interp(x, np.r_[P.c[0] - hc / 2, P.c + hc / 2], np.r_[0, np.cumsum(np.exp(np.logaddexp.reduce(P.log_p, axis=0)))])
-    assert ks_p(c, cdf_c) > ACCEPT and ks_p(c + 0.1, cdf_c) < REJECT
+    assert ks_p(c, P.cdf_c) > ACCEPT and ks_p(c + 0.1, P.cdf_c) < REJECT
     assert np.array_equal(P.sample(10, seed=3)[0], P.sample(10, seed=3)[0])
     # the data pull c below 0 (8 of 9 users rate 1, mu = 3)
     assert np.exp(np.logaddexp.reduce(P.log_p, axis=0))[P.c < 0].sum() > 0.6
@@ -176,7 +174,9 @@ def test_tiny_sgld_is_seeded_and_reaches_the_prior_without_data():
 def test_tiny_sgld_gap_small_steps_vs_large_steps(pair):
     D, P, _ = pair
     v, c = S.tiny_sgld(D, 0.5, 60, 4000, seed=3)
-    assert ks_p(v, P.cdf_v) > ACCEPT
+    assert ks_p(v, P.cdf_v) > ACCEPT and ks_p(c, P.cdf_c) > ACCEPT
+    snaps = S.tiny_sgld(D, 0.5, 60, 4000, seed=3, snapshots=[1, 60])       # a snapshot at epoch E is the release after E epochs
+    assert np.array_equal(snaps[-1][0], v) and ks_p(snaps[0][1], P.cdf_c) < REJECT   # after 1 epoch c is still near the prior
     v, c = S.tiny_sgld(D, 4.0, 60, 4000, seed=3)
     assert ks_p(v, P.cdf_v) < REJECT and S.ks_distance(v, P.cdf_v) > 0.05
 
@@ -240,6 +240,7 @@ BAD = [
     (lambda: S.TinyMF(np.array([3.0, 4.0]), 0.1, weights=np.array([1.0])), "weights must have shape"),
     (lambda: S.tiny_sgld(S.TinyMF(np.array([3.0]), 0.1), -0.1, 3, 2, seed=0), "eta=-0.1"),
     (lambda: S.tiny_sgld(S.TinyMF(np.array([3.0]), 0.1), 0.1, 0, 2, seed=0), "epochs=0"),
+    (lambda: S.tiny_sgld(S.TinyMF(np.array([3.0]), 0.1), 0.1, 5, 2, seed=0, snapshots=[2, 9]), "snapshots=[2, 9]"),
     (lambda: S.audit_epsilon(np.zeros(3), np.zeros(10)), "need >= 4 runs"),
     (lambda: S.audit_epsilon(np.zeros(10), np.zeros(10), confidence=1.0), "confidence=1.0"),
 ]
