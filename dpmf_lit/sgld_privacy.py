@@ -14,7 +14,7 @@ from .privacy import check_positive, check_int, NEIGHBOURING
 
 # %% auto #0
 __all__ = ['LOSSES', 'user_loglik_bound', 'clipped_loglik', 'ops_epsilon', 'ops_likelihood_scale', 'personalized_user_epsilon',
-           'log_posterior', 'worst_log_ratio', 'discrete_mf_table', 'TinyMF', 'TinyPosterior', 'tiny_posterior',
+           'log_posterior', 'worst_log_ratio', 'discrete_mf_table', 'TinyMF', 'tiny_posterior', 'TinyPosterior',
            'tiny_sgld', 'ks_distance', 'clopper_pearson', 'Audit', 'audit_epsilon']
 
 # %% ../nbs/07x_sgld_privacy.ipynb #ae204fbe
@@ -163,6 +163,23 @@ class TinyMF:
         return TinyMF(**{**self.__dict__, "ratings": r, "weights": w})
 
 # %% ../nbs/07x_sgld_privacy.ipynb #d5755c7b
+def tiny_posterior(model: TinyMF,     # the data and the model
+                   grid: int = 161,   # cells per released coordinate
+                   quad: int = 241,   # quadrature points for each u_i
+                   width: float = 6.0, # the grid covers +- width prior standard deviations
+                  ) -> TinyPosterior:
+    "Exact posterior of (v, c): prior times prod_i int prior(u_i) exp(gamma w_i l_i) du_i, on a grid."
+    v = _grid(width / math.sqrt(model.lambda_v), grid)
+    c = _grid(width / math.sqrt(model.lambda_b), grid) if model.bias else np.zeros(1)
+    u = _grid((width + 1) / math.sqrt(model.lambda_u), quad)
+    log_q = stats.norm(scale=1 / math.sqrt(model.lambda_u)).logpdf(u); log_q -= np.logaddexp.reduce(log_q)
+    lp = (stats.norm(scale=1 / math.sqrt(model.lambda_v)).logpdf(v)[:, None]
+          + (stats.norm(scale=1 / math.sqrt(model.lambda_b)).logpdf(c)[None, :] if model.bias else 0.0))
+    pairs, counts = np.unique(np.stack([model.ratings, model.weights], 1), axis=0, return_counts=True)
+    for (r, w), k in zip(pairs, counts): lp = lp + k * _user_marginal(model, v, c, u, log_q, r, w)
+    return TinyPosterior(v, c, lp - np.logaddexp.reduce(lp.ravel()))
+
+# %% ../nbs/07x_sgld_privacy.ipynb #34f743c7
 def _grid(half_width: float, n: int) -> np.ndarray:
     return np.linspace(-half_width, half_width, check_int("grid", n, 3))
 
@@ -179,6 +196,7 @@ def _cell_cdf(g, p, x):
     h = g[1] - g[0]
     return np.interp(x, np.concatenate([[g[0] - h / 2], g + h / 2]), np.concatenate([[0.0], np.cumsum(p)]))
 
+# %% ../nbs/07x_sgld_privacy.ipynb #5a48fc24
 @dataclass
 class TinyPosterior:
     "Exact posterior of the released (v, c) of a `TinyMF` on a grid: cell probabilities, piecewise-constant density."
@@ -220,23 +238,7 @@ class TinyPosterior:
         hv = self.v[1] - self.v[0]; hc = self.c[1] - self.c[0] if len(self.c) > 1 else 0.0
         return self.v[a] + hv * (rng.random(n) - 0.5), self.c[b] + hc * (rng.random(n) - 0.5)
 
-def tiny_posterior(model: TinyMF,     # the data and the model
-                   grid: int = 161,   # cells per released coordinate
-                   quad: int = 241,   # quadrature points for each u_i
-                   width: float = 6.0, # the grid covers +- width prior standard deviations
-                  ) -> TinyPosterior:
-    "Exact posterior of (v, c): prior times prod_i int prior(u_i) exp(gamma w_i l_i) du_i, on a grid."
-    v = _grid(width / math.sqrt(model.lambda_v), grid)
-    c = _grid(width / math.sqrt(model.lambda_b), grid) if model.bias else np.zeros(1)
-    u = _grid((width + 1) / math.sqrt(model.lambda_u), quad)
-    log_q = stats.norm(scale=1 / math.sqrt(model.lambda_u)).logpdf(u); log_q -= np.logaddexp.reduce(log_q)
-    lp = (stats.norm(scale=1 / math.sqrt(model.lambda_v)).logpdf(v)[:, None]
-          + (stats.norm(scale=1 / math.sqrt(model.lambda_b)).logpdf(c)[None, :] if model.bias else 0.0))
-    pairs, counts = np.unique(np.stack([model.ratings, model.weights], 1), axis=0, return_counts=True)
-    for (r, w), k in zip(pairs, counts): lp = lp + k * _user_marginal(model, v, c, u, log_q, r, w)
-    return TinyPosterior(v, c, lp - np.logaddexp.reduce(lp.ravel()))
-
-# %% ../nbs/07x_sgld_privacy.ipynb #eb000122
+# %% ../nbs/07x_sgld_privacy.ipynb #15ade9a7
 def tiny_sgld(model: TinyMF,      # the data and the model
               eta,                # step size eta_t: a number, or one per epoch
               epochs: int,        # epochs (one Langevin step of every parameter each)
@@ -270,12 +272,13 @@ def tiny_sgld(model: TinyMF,      # the data and the model
         if t + 1 in keep: out.append((v.copy(), c.copy()))
     return out[-1] if snapshots is None else out
 
+# %% ../nbs/07x_sgld_privacy.ipynb #970c8ae9
 def ks_distance(x, cdf) -> float:
     "Kolmogorov-Smirnov distance sup |F_n - F| of the samples x from the exact CDF `cdf`."
     x = np.sort(np.asarray(x, np.float64)); n = len(x); F = cdf(x)
     return float(max(np.max(np.arange(1, n + 1) / n - F), np.max(F - np.arange(n) / n)))
 
-# %% ../nbs/07x_sgld_privacy.ipynb #508ad543
+# %% ../nbs/07x_sgld_privacy.ipynb #06e442d6
 def clopper_pearson(k, n, alpha: float):
     "Exact one-sided (1 - alpha) bounds (lower, upper) on a binomial proportion with k successes in n trials."
     k = np.asarray(k, np.float64); n = np.asarray(n, np.float64)
@@ -294,6 +297,7 @@ class Audit:
     fpr: tuple              # (count, n) under the denominator's
     confidence: float
 
+# %% ../nbs/07x_sgld_privacy.ipynb #35aa252f
 def audit_epsilon(scores,               # statistic of each run of the release on D (1-D array, one value per seeded run)
                   scores_neighbour,     # the same statistic of each run on the neighbour D'
                   confidence: float = 0.95,  # probability with which the returned bound holds
