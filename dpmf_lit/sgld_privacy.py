@@ -133,7 +133,7 @@ def discrete_mf_table(values=(1.0, 3.0, 5.0),  # the ratings a user can give
 # %% ../nbs/07x_sgld_privacy.ipynb #3a26fcba
 @dataclass
 class TinyMF:
-    "The honest-gap model: d = 1, one item, user i gives one rating r_i; released (v, c); u_i integrated out."
+    "The honest-gap model: d = 1, one item, user i gives one rating r_i; released (v, c); u_i (and b_i) integrated out."
     ratings: np.ndarray           # (n,) one rating per user (tau = 1)
     gamma: float                  # likelihood power (temperature 1/gamma), e.g. ops_likelihood_scale(eps, B, ..., 'one_sided')
     weights: np.ndarray | None = None  # per-user weights w_i in [0, 1] (None: all 1)
@@ -145,6 +145,7 @@ class TinyMF:
     r_max: float = 5.0
     mu: float | None = None       # public offset (None: midpoint)
     bias: bool = True             # release (and sample) the item bias c; False: c = 0
+    user_bias: bool = False       # sample user biases b_i ~ N(0, 1/lambda_b) too (integrated out with u_i)
 
     def __post_init__(self):
         self.ratings = np.asarray(self.ratings, np.float64).ravel()
@@ -165,29 +166,31 @@ class TinyMF:
 # %% ../nbs/07x_sgld_privacy.ipynb #d5755c7b
 def tiny_posterior(model: TinyMF,     # the data and the model
                    grid: int = 161,   # cells per released coordinate
-                   quad: int = 241,   # quadrature points for each u_i
+                   quad: int = 241,   # quadrature points for each user's integral
                    width: float = 6.0, # the grid covers +- width prior standard deviations
                   ) -> TinyPosterior:
-    "Exact posterior of (v, c): prior times prod_i int prior(u_i) exp(gamma w_i l_i) du_i, on a grid."
+    "Exact posterior of (v, c): prior times prod_i int prior(u_i, b_i) exp(gamma w_i l_i) du_i db_i, on a grid."
     v = _grid(width / math.sqrt(model.lambda_v), grid)
     c = _grid(width / math.sqrt(model.lambda_b), grid) if model.bias else np.zeros(1)
-    u = _grid((width + 1) / math.sqrt(model.lambda_u), quad)
-    log_q = stats.norm(scale=1 / math.sqrt(model.lambda_u)).logpdf(u); log_q -= np.logaddexp.reduce(log_q)
+    z = _grid(width + 1, quad)
+    log_q = stats.norm.logpdf(z); log_q -= np.logaddexp.reduce(log_q)
     lp = (stats.norm(scale=1 / math.sqrt(model.lambda_v)).logpdf(v)[:, None]
           + (stats.norm(scale=1 / math.sqrt(model.lambda_b)).logpdf(c)[None, :] if model.bias else 0.0))
     pairs, counts = np.unique(np.stack([model.ratings, model.weights], 1), axis=0, return_counts=True)
-    for (r, w), k in zip(pairs, counts): lp = lp + k * _user_marginal(model, v, c, u, log_q, r, w)
+    for (r, w), k in zip(pairs, counts): lp = lp + k * _user_marginal(model, v, c, z, log_q, r, w)
     return TinyPosterior(v, c, lp - np.logaddexp.reduce(lp.ravel()))
 
 # %% ../nbs/07x_sgld_privacy.ipynb #34f743c7
 def _grid(half_width: float, n: int) -> np.ndarray:
     return np.linspace(-half_width, half_width, check_int("grid", n, 3))
 
-def _user_marginal(model: TinyMF, v, c, u, log_q, r, w):
-    "log int N(u; 0, 1/lambda_u) exp(gamma w l(r, mu + c + u v)) du on the (v, c) grid, by quadrature in u."
+def _user_marginal(model: TinyMF, v, c, z, log_q, r, w):
+    """log E exp(gamma w l(r, mu + c + s)) on the (v, c) grid, s = u v (+ b) ~ N(0, v^2/lambda_u (+ 1/lambda_b)),
+    by quadrature over standard normal nodes z with log weights log_q."""
     out = np.empty((len(v), len(c)))
     for a, va in enumerate(v):
-        ll = clipped_loglik(r, model.mu + c[:, None] + u[None, :] * va, model.lambda_r, model.r_min, model.r_max)
+        sd = math.sqrt(va * va / model.lambda_u + (1 / model.lambda_b if model.user_bias else 0.0))
+        ll = clipped_loglik(r, model.mu + c[:, None] + z[None, :] * sd, model.lambda_r, model.r_min, model.r_max)
         out[a] = np.logaddexp.reduce(log_q[None, :] + model.gamma * w * ll, axis=1)
     return out
 
@@ -258,15 +261,17 @@ def tiny_sgld(model: TinyMF,      # the data and the model
     u = rng.standard_normal((C, n)) / math.sqrt(M.lambda_u)
     v = rng.standard_normal(C) / math.sqrt(M.lambda_v)
     c = rng.standard_normal(C) / math.sqrt(M.lambda_b) if M.bias else np.zeros(C)
+    b = rng.standard_normal((C, n)) / math.sqrt(M.lambda_b) if M.user_bias else np.zeros((C, n))
     rows, out = np.arange(C), []
     for t in range(epochs):
         h = etas[t]; order = np.argsort(rng.random((C, n)), axis=1)
         for s in range(n):
-            i = order[:, s]; ui = u[rows, i]
-            x = M.mu + c + ui * v
+            i = order[:, s]; ui = u[rows, i]; bi = b[rows, i]
+            x = M.mu + bi + c + ui * v
             ge = M.gamma * W[i] * M.lambda_r * ((x >= M.r_min) & (x <= M.r_max)) * (R[i] - np.clip(x, M.r_min, M.r_max))
-            xi = rng.standard_normal((3, C))
+            xi = rng.standard_normal((4 if M.user_bias else 3, C))
             u[rows, i] = ui + h / 2 * (ge * v - M.lambda_u * ui) + math.sqrt(h) * xi[0]
+            if M.user_bias: b[rows, i] = bi + h / 2 * (ge - M.lambda_b * bi) + math.sqrt(h) * xi[3]
             v = v + h / 2 * (ge * ui - M.lambda_v * v / m) + math.sqrt(h / m) * xi[1]
             if M.bias: c = c + h / 2 * (ge - M.lambda_b * c / m) + math.sqrt(h / m) * xi[2]
         if t + 1 in keep: out.append((v.copy(), c.copy()))

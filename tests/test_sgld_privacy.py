@@ -125,11 +125,37 @@ def test_user_marginal_is_one_sided_with_the_same_range():
     B = S.user_loglik_bound(1, 1.0, 1, 5)
     for g, w in [(1.0, 1.0), (0.3, 0.5)]:
         M = S.TinyMF(np.array([1.0]), g, weights=np.array([w]))
-        v = np.linspace(-6, 6, 41); c = np.linspace(-6, 6, 41); u = np.linspace(-7, 7, 201)
-        lq = stats.norm.logpdf(u); lq -= np.logaddexp.reduce(lq)
-        for r in (1.0, 2.5, 5.0):
-            m = S._user_marginal(M, v, c, u, lq, r, w)
-            assert m.max() <= 1e-12 and m.min() >= -g * w * B - 1e-9
+        v = np.linspace(-6, 6, 41); c = np.linspace(-6, 6, 41); z = np.linspace(-7, 7, 201)
+        lq = stats.norm.logpdf(z); lq -= np.logaddexp.reduce(lq)
+        for ub in (False, True):
+            M.user_bias = ub
+            for r in (1.0, 2.5, 5.0):
+                m = S._user_marginal(M, v, c, z, lq, r, w)
+                assert m.max() <= 1e-12 and m.min() >= -g * w * B - 1e-9
+
+
+def test_user_marginal_matches_a_2d_quadrature_with_user_biases():
+    "b + u v is N(0, 1/lambda_b + v^2/lambda_u): the 1-d integral equals the 2-d one over (u, b)."
+    M = S.TinyMF(np.array([4.0]), 0.7, lambda_u=2.0, lambda_b=0.5, user_bias=True)
+    v, c = np.array([-1.3, 0.0, 0.4, 2.0]), np.array([-2.0, 0.3, 1.5])
+    z = np.linspace(-9, 9, 2001); lq = stats.norm.logpdf(z); lq -= np.logaddexp.reduce(lq)
+    got = S._user_marginal(M, v, c, z, lq, 4.0, 1.0)
+    u = np.linspace(-7, 7, 801) / math.sqrt(M.lambda_u); b = np.linspace(-7, 7, 801) / math.sqrt(M.lambda_b)
+    wu = stats.norm.pdf(u, scale=1 / math.sqrt(M.lambda_u)); wb = stats.norm.pdf(b, scale=1 / math.sqrt(M.lambda_b))
+    W = np.outer(wu, wb); W /= W.sum()
+    for a, va in enumerate(v):
+        for k, ck in enumerate(c):
+            ll = S.clipped_loglik(4.0, M.mu + ck + b[None, :] + u[:, None] * va, 1.0, 1, 5)
+            assert math.isclose(got[a, k], math.log((W * np.exp(M.gamma * ll)).sum()), abs_tol=2e-4)
+
+
+def test_tiny_sgld_with_user_biases_matches_the_exact_posterior():
+    B = S.user_loglik_bound(1, 1.0, 1, 5)
+    D = S.TinyMF(np.r_[np.ones(6), 5.0], S.ops_likelihood_scale(4.0, B, "replace", "one_sided"), user_bias=True)
+    P, P0 = S.tiny_posterior(D, 81, 161), S.tiny_posterior(S.TinyMF(D.ratings, D.gamma), 81, 161)
+    v, c = S.tiny_sgld(D, 0.5, 100, 4000, seed=5)
+    assert ks_p(v, P.cdf_v) > ACCEPT and ks_p(c, P.cdf_c) > ACCEPT
+    assert ks_p(c, P0.cdf_c) < REJECT                                      # the posterior without user biases is another one
 
 
 @pytest.mark.parametrize("eps", [0.5, 2.0])
