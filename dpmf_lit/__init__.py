@@ -20,6 +20,7 @@ Modules:
 - `dpmf_lit.reproduce`: One command regenerates every figure: a manifest of parameterized experiment notebooks, executed with papermill, atomically, skipping what is up to date, locally or on Dask.
 - `dpmf_lit.results`: Numbers quoted in the notebooks' prose are read from `figures/results.json` and asserted, so the prose cannot drift from the results the batch produced.
 - `dpmf_lit.settings`: The reproduction's own settings: where data, figures and build outputs live, which profile the batch runs, how many jobs, and where each data set comes from.
+- `dpmf_lit.sgld`: One posterior sample of a tempered, bounded-likelihood MF posterior is user-level DP; stochastic gradient Langevin dynamics samples it at nearly the speed of SGD. Reproduced, the constants derived, the sampler audited.
 - `dpmf_lit.sgld_privacy`: Which ε one exact sample of a tempered posterior has, for each neighbouring notion and for a one-sided (clipped) loss, verified by exact enumeration; per-user weights; and how far SGLD's output is from the exact posterior on a model small enough to compute it, with an empirical privacy audit of the release.
 - `dpmf_lit.site`: Process the notebooks for Quarto wherever the clone lives, check that every page, link and figure resolves, build an offline HTML preview with typeset math, and generate the README and the package's list of modules.
 - `dpmf_lit.splits`: Compact codes, count filters, the Netflix movie subsets, random subsamples, and the four ways to hold out ratings (random, k-fold, per user, public/private users), each seeded.

@@ -21,8 +21,8 @@ import dpmf_lit.data   # noqa: F401  (sets the OpenMP wait policy before the fir
 
 # %% auto #0
 __all__ = ['PREFETCH_AHEAD', 'SUB_BUCKET', 'prefetch_row', 'prefetch_item', 'sgd_epoch', 'SGDBlocks', 'shuffle_segments',
-           'scatter_by_key', 'prepare_sgd_blocks', 'sgd_epoch_parallel', 'mf_gradient', 'gd_step', 'to_csr',
-           'als_sweep', 'predict_kernel']
+           'scatter_by_key', 'prepare_sgd_blocks', 'stratum_block', 'sgd_epoch_parallel', 'mf_gradient', 'gd_step',
+           'to_csr', 'als_sweep', 'predict_kernel']
 
 # %% ../nbs/01a_kernels.ipynb #14b3f908
 _JIT = dict(cache=True, fastmath=True, boundscheck=False, nogil=True, error_model="numpy")
@@ -265,6 +265,11 @@ def _sgd_block(user, item, rating, start, stop, U, V, b, c, mu, lr, reg, reg_bia
         sse += e * e
     return sse
 
+@njit(inline="always")
+def stratum_block(g, s, G):
+    "The block that group g runs in sub-epoch s of a G x G grid: (g, (g + s) mod G), so no two groups share a row or column."
+    return g * G + (g + s) % G
+
 @njit(parallel=True, **_JIT)
 def sgd_epoch_parallel(user, item, rating, ptr, U, V, b, c, mu, lr, reg, reg_bias, use_bias):
     """One block-scheduled SGD epoch over `SGDBlocks` (`user, item, rating, ptr`), in place: in sub-epoch s
@@ -275,7 +280,7 @@ def sgd_epoch_parallel(user, item, rating, ptr, U, V, b, c, mu, lr, reg, reg_bia
     part = np.zeros(G)
     for s in range(G):
         for g in prange(G):
-            k = g * G + (g + s) % G
+            k = stratum_block(g, s, G)
             part[g] += _sgd_block(user, item, rating, ptr[k], ptr[k + 1], U, V, b, c, mu, lr, reg, reg_bias, use_bias)
     return part.sum()
 
