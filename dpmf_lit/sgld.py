@@ -17,7 +17,7 @@ from .data import Ratings
 from .kernels import (_GOLDEN, _JIT, _below, _mix64, PREFETCH_AHEAD, als_sweep, predict_kernel,
                               prefetch_row, prepare_sgd_blocks, stratum_block, to_csr)
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
-from .privacy import ops_likelihood_scale
+from .sgld_privacy import ops_likelihood_scale   # wt-ops: moved out of privacy (becomes local at merge)
 
 # %% auto #0
 __all__ = ['trim_ratings', 'reweighting', 'gaussian_table', 'fresh_normals', 'sgld_epoch_parallel', 'sgld_epoch',
