@@ -14,7 +14,7 @@ from .privacy import check_positive, check_int, NEIGHBOURING
 
 # %% auto #0
 __all__ = ['LOSSES', 'user_loglik_bound', 'clipped_loglik', 'ops_epsilon', 'ops_likelihood_scale', 'personalized_user_epsilon',
-           'log_posterior', 'worst_log_ratio', 'discrete_mf_table', 'TinyMF', 'tiny_posterior', 'TinyPosterior',
+           'log_posterior', 'worst_log_ratio', 'discrete_mf_table', 'TinyMF', 'TinyPosterior', 'tiny_posterior',
            'tiny_sgld', 'ks_distance', 'clopper_pearson', 'Audit', 'audit_epsilon']
 
 # %% ../nbs/07x_sgld_privacy.ipynb #ae204fbe
@@ -164,23 +164,6 @@ class TinyMF:
         return TinyMF(**{**self.__dict__, "ratings": r, "weights": w})
 
 # %% ../nbs/07x_sgld_privacy.ipynb #d5755c7b
-def tiny_posterior(model: TinyMF,     # the data and the model
-                   grid: int = 161,   # cells per released coordinate
-                   quad: int = 241,   # quadrature points for each user's integral
-                   width: float = 6.0, # the grid covers +- width prior standard deviations
-                  ) -> TinyPosterior:
-    "Exact posterior of (v, c): prior times prod_i int prior(u_i, b_i) exp(gamma w_i l_i) du_i db_i, on a grid."
-    v = _grid(width / math.sqrt(model.lambda_v), grid)
-    c = _grid(width / math.sqrt(model.lambda_b), grid) if model.bias else np.zeros(1)
-    z = _grid(width + 1, quad)
-    log_q = stats.norm.logpdf(z); log_q -= np.logaddexp.reduce(log_q)
-    lp = (stats.norm(scale=1 / math.sqrt(model.lambda_v)).logpdf(v)[:, None]
-          + (stats.norm(scale=1 / math.sqrt(model.lambda_b)).logpdf(c)[None, :] if model.bias else 0.0))
-    pairs, counts = np.unique(np.stack([model.ratings, model.weights], 1), axis=0, return_counts=True)
-    for (r, w), k in zip(pairs, counts): lp = lp + k * _user_marginal(model, v, c, z, log_q, r, w)
-    return TinyPosterior(v, c, lp - np.logaddexp.reduce(lp.ravel()))
-
-# %% ../nbs/07x_sgld_privacy.ipynb #34f743c7
 def _grid(half_width: float, n: int) -> np.ndarray:
     return np.linspace(-half_width, half_width, check_int("grid", n, 3))
 
@@ -199,7 +182,7 @@ def _cell_cdf(g, p, x):
     h = g[1] - g[0]
     return np.interp(x, np.concatenate([[g[0] - h / 2], g + h / 2]), np.concatenate([[0.0], np.cumsum(p)]))
 
-# %% ../nbs/07x_sgld_privacy.ipynb #5a48fc24
+# %% ../nbs/07x_sgld_privacy.ipynb #34f743c7
 @dataclass
 class TinyPosterior:
     "Exact posterior of the released (v, c) of a `TinyMF` on a grid: cell probabilities, piecewise-constant density."
@@ -240,6 +223,23 @@ class TinyPosterior:
         a, b = np.unravel_index(k, self.log_p.shape)
         hv = self.v[1] - self.v[0]; hc = self.c[1] - self.c[0] if len(self.c) > 1 else 0.0
         return self.v[a] + hv * (rng.random(n) - 0.5), self.c[b] + hc * (rng.random(n) - 0.5)
+
+# %% ../nbs/07x_sgld_privacy.ipynb #5a48fc24
+def tiny_posterior(model: TinyMF,     # the data and the model
+                   grid: int = 161,   # cells per released coordinate
+                   quad: int = 241,   # quadrature points for each user's integral
+                   width: float = 6.0, # the grid covers +- width prior standard deviations
+                  ) -> TinyPosterior:
+    "Exact posterior of (v, c): prior times prod_i int prior(u_i, b_i) exp(gamma w_i l_i) du_i db_i, on a grid."
+    v = _grid(width / math.sqrt(model.lambda_v), grid)
+    c = _grid(width / math.sqrt(model.lambda_b), grid) if model.bias else np.zeros(1)
+    z = _grid(width + 1, quad)
+    log_q = stats.norm.logpdf(z); log_q -= np.logaddexp.reduce(log_q)
+    lp = (stats.norm(scale=1 / math.sqrt(model.lambda_v)).logpdf(v)[:, None]
+          + (stats.norm(scale=1 / math.sqrt(model.lambda_b)).logpdf(c)[None, :] if model.bias else 0.0))
+    pairs, counts = np.unique(np.stack([model.ratings, model.weights], 1), axis=0, return_counts=True)
+    for (r, w), k in zip(pairs, counts): lp = lp + k * _user_marginal(model, v, c, z, log_q, r, w)
+    return TinyPosterior(v, c, lp - np.logaddexp.reduce(lp.ravel()))
 
 # %% ../nbs/07x_sgld_privacy.ipynb #15ade9a7
 def tiny_sgld(model: TinyMF,      # the data and the model
