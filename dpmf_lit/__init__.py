@@ -15,7 +15,7 @@ Modules:
 - `dpmf_lit.mechanism`: What every mechanism implements: parameters declared once in its signature, a `fit` that does the shared work (checks, seeding, a memory estimate, timing, finite factors, the parameters that actually ran) around the mechanism's own `_fit`, a privacy report that always states its scope, and a registry that finds mechanisms without a hand-kept list.
 - `dpmf_lit.mf`: The PMF objective, the metrics that score a fit, and the non-private PMF baseline, minimised by the kernels of `dpmf_lit.kernels` through the mechanism interface of `dpmf_lit.mechanism`.
 - `dpmf_lit.pdp`: Probabilistic matrix factorization with objective perturbation (DP-PMF) and with personalized differential privacy by sampling (PDP-PMF): the mechanisms, the proofs checked, and where they hold.
-- `dpmf_lit.privacy`: Noise samplers, the Laplace, Gaussian and analytic-Gaussian mechanisms, L2-Laplace noise, Rényi-DP and PLD accounting, one-posterior-sample privacy, and a small accountant that writes the privacy report.
+- `dpmf_lit.privacy`: Noise samplers, the Laplace, Gaussian and analytic-Gaussian mechanisms, L2-Laplace noise, Rényi-DP and PLD accounting, and a small accountant that writes the privacy report.
 - `dpmf_lit.ratings`: The one data model: aligned (user, item, rating) arrays with the matrix size, the rating range and the original ids; its checks and a canonical checksum.
 - `dpmf_lit.reproduce`: One command regenerates every figure: a manifest of parameterized experiment notebooks, executed with papermill, atomically, skipping what is up to date, locally or on Dask.
 - `dpmf_lit.results`: Numbers quoted in the notebooks' prose are read from `figures/results.json` and asserted, so the prose cannot drift from the results the batch produced.

@@ -1,5 +1,5 @@
 """Noise samplers, the Laplace, Gaussian and analytic-Gaussian mechanisms, L2-Laplace noise,
-Rényi-DP and PLD accounting, one-posterior-sample privacy, and a small accountant that writes the
+Rényi-DP and PLD accounting, and a small accountant that writes the
 privacy report.
 
 Docs: https://dpmf-lit.github.io/dpmf-lit/privacy.html.md"""
@@ -21,8 +21,7 @@ __all__ = ['NEIGHBOURING', 'DEFAULT_ORDERS', 'check_positive', 'check_int', 'gau
            'gaussian_epsilon', 'gaussian_sigma_analytic', 'gaussian_sigma_classic', 'laplace_mechanism',
            'gaussian_mechanism', 'l2_laplace_noise', 'gaussian_rdp', 'laplace_rdp', 'pure_dp_rdp', 'rdp_to_dp',
            'classic_noise_multiplier', 'gaussian_epsilon_classic_optimum', 'gaussian_epsilon_exact',
-           'gaussian_epsilon_rdp', 'dp_accounting_rdp_epsilon', 'dp_accounting_pld_epsilon', 'ops_epsilon',
-           'ops_likelihood_scale', 'personalized_user_epsilon', 'PrivacyAccountant']
+           'gaussian_epsilon_rdp', 'dp_accounting_rdp_epsilon', 'dp_accounting_pld_epsilon', 'PrivacyAccountant']
 
 # %% ../nbs/02_privacy.ipynb #7f6fdedf
 NEIGHBOURING = ("add_remove", "replace")
@@ -232,23 +231,6 @@ def dp_accounting_pld_epsilon(noise_multiplier: float, count: int, delta: float,
     acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=check_positive("discretization", discretization))
     acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), c))
     return float(acc.get_epsilon(d))
-
-# %% ../nbs/02_privacy.ipynb #dd63935d
-def ops_epsilon(B: float, neighbouring: str = "replace") -> float:
-    "epsilon of one posterior sample when |log p(x|theta)| <= B per record: 4B (replace) or 2B (add_remove)."
-    return (4.0 if _neighbouring(neighbouring) == "replace" else 2.0) * check_positive("B", B)
-
-def ops_likelihood_scale(epsilon: float, B: float, neighbouring: str = "replace") -> float:
-    "gamma with which to power the likelihood (temperature 1/gamma) so that one posterior sample is epsilon-DP."
-    return check_positive("epsilon", epsilon) / ops_epsilon(B, neighbouring)
-
-def personalized_user_epsilon(weights, base_epsilon: float) -> np.ndarray:
-    "Per-user guarantees w_i * epsilon for per-user likelihood weights w_i >= 0 (Liu et al. 2015)."
-    e = check_positive("base_epsilon", base_epsilon)
-    w = np.asarray(weights, dtype=np.float64)
-    bad = ~(np.isfinite(w) & (w >= 0))
-    if bad.any(): raise ValueError(f"weights must be finite and >= 0; weights[{int(np.argmax(bad))}]={w.ravel()[np.argmax(bad.ravel())]}")
-    return w * e
 
 # %% ../nbs/02_privacy.ipynb #58efdc81
 @dataclass

@@ -1,6 +1,6 @@
 """Tests of dpmf_lit.privacy: samplers against their target distributions (with a wrong-scale control that
 must be rejected), calibrations and accountants against exact formulas and Google's dp_accounting,
-the one-posterior-sample theorem on exact toy models (personalized sampling: tests/test_pdp.py), and input checks."""
+the one-posterior-sample theorem on exact toy models (dpmf_lit.sgld; its own tests: tests/test_sgld_proof.py) (personalized sampling: tests/test_pdp.py), and input checks."""
 import math
 
 import numpy as np
@@ -12,6 +12,7 @@ from dp_accounting.pld import pld_privacy_accountant
 from dpmf_lit.data import Ratings
 from dpmf_lit.mf import PrivacyReport
 from dpmf_lit import privacy as P
+from dpmf_lit import sgld as S   # one posterior sample lives with its paper (the SGLD notebook)
 from dpmf_lit.gauss import mugdho_imtiaz_epsilon   # the closed form lives with its paper (nbs/06_gaussian_mf)
 
 N = 100_000          # draws per statistical test
@@ -229,8 +230,8 @@ def test_ops_bounds_hold_on_random_discrete_models():
         base = _posterior(log_prior, L)
         replaced = _posterior(log_prior, np.vstack([L[:-1], x_new]))
         added = _posterior(log_prior, np.vstack([L, x_new]))
-        assert np.abs(base - replaced).max() <= P.ops_epsilon(B, "replace") + 1e-12
-        assert np.abs(base - added).max() <= P.ops_epsilon(B, "add_remove") + 1e-12
+        assert np.abs(base - replaced).max() <= S.ops_epsilon(B, "replace") + 1e-12
+        assert np.abs(base - added).max() <= S.ops_epsilon(B, "add_remove") + 1e-12
 
 
 def test_ops_bounds_are_tight():
@@ -245,10 +246,10 @@ def test_ops_bounds_are_tight():
 
 
 def test_ops_temperature_and_user_weights():
-    assert P.ops_epsilon(0.25) == 1.0 and P.ops_epsilon(0.25, "add_remove") == 0.5
-    assert math.isclose(P.ops_likelihood_scale(1.0, B=2.0), 1 / 8)
-    assert math.isclose(P.ops_likelihood_scale(1.0, 2.0, "add_remove"), 0.25)
-    np.testing.assert_allclose(P.personalized_user_epsilon([0, 0.5, 1], 2.0), [0, 1, 2])
+    assert S.ops_epsilon(0.25) == 1.0 and S.ops_epsilon(0.25, "add_remove") == 0.5
+    assert math.isclose(S.ops_likelihood_scale(1.0, B=2.0), 1 / 8)
+    assert math.isclose(S.ops_likelihood_scale(1.0, 2.0, "add_remove"), 0.25)
+    np.testing.assert_allclose(S.personalized_user_epsilon([0, 0.5, 1], 2.0), [0, 1, 2])
 
 
 def test_tempered_weighted_posterior_gives_each_user_w_times_epsilon():
@@ -256,9 +257,9 @@ def test_tempered_weighted_posterior_gives_each_user_w_times_epsilon():
     by per-user weights w_i; replacing user i's record moves the log posterior by at most w_i * eps, and the
     two-point worst case reaches it."""
     B, eps = 0.4, 1.0
-    g = P.ops_likelihood_scale(eps, B)                      # replace-one
+    g = S.ops_likelihood_scale(eps, B)                      # replace-one
     w = np.array([1.0, 0.5, 0.25, 0.0])
-    per_user = P.personalized_user_epsilon(w, eps)
+    per_user = S.personalized_user_epsilon(w, eps)
     rng = np.random.default_rng(8)
     worst = np.zeros(len(w))
     for _ in range(100):
@@ -305,9 +306,9 @@ BAD = [
     (lambda: P.rdp_to_dp(np.zeros(2), 1e-5, orders=[2, 3], conversion="best"), "conversion='best'"),
     (lambda: mugdho_imtiaz_epsilon(0, 0.5, 0.01, 1e-5), "J=0"),
     (lambda: mugdho_imtiaz_epsilon(10, 0.5, 0.01, 1.5), "delta_r=1.5"),
-    (lambda: P.ops_epsilon(-1.0), "B=-1.0"),
-    (lambda: P.ops_epsilon(1.0, "swap"), "neighbouring='swap'"),
-    (lambda: P.personalized_user_epsilon([1, -0.5], 1.0), "weights[1]=-0.5"),
+    (lambda: S.ops_epsilon(-1.0), "B=-1.0"),
+    (lambda: S.ops_epsilon(1.0, "swap"), "neighbouring='swap'"),
+    (lambda: S.personalized_user_epsilon([1, -0.5], 1.0), "weights[1]=-0.5"),
     (lambda: P.PrivacyAccountant(neighbouring="swap"), "neighbouring='swap'"),
     (lambda: P.PrivacyAccountant().gaussian(-1.0), "noise_multiplier=-1.0"),
     (lambda: P.PrivacyAccountant().gaussian(1.0).report(delta=0), "delta=0"),

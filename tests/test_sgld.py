@@ -78,7 +78,7 @@ def test_parallel_kernel_on_one_block_equals_serial_kernel():
     a, b = [x.copy() for x in state], [x.copy() for x in state]
     sgld_epoch(blk.user, blk.item, blk.rating, *a, *args)
     sgld_epoch_parallel(*blk, *b, *args)
-    for x, y in zip(a, b): np.testing.assert_array_equal(x, y)
+    for x, y in zip(a, b): np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7)   # two compiled kernels: equal up to rounding
 
 
 def _prior_chain(noise: str, G: int, seeds: int, epochs: int, eta: float, lam: float, scale: float = 1.0,
