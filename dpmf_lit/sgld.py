@@ -313,13 +313,13 @@ class SGLD(Mechanism):
     def __init__(self,
                  epsilon: float = 1.0,            # per-user ε of one exact posterior sample (users of weight 1)
                  tau: int = 100,                  # ratings kept per user (trimming) or each user's weight budget
-                 d: int = 16,                     # rank of U and V
+                 d: int = 8,                      # rank of U and V
                  epochs: int = 40,                # SGLD epochs; the iterate after the last one is the released sample
                  step: float = 0.01,              # per-rating step on the tempered likelihood, (η/2)·γ·λ_r
                  step_decay: float = 0.0,         # η_t = η·(1 + t)^-step_decay
                  lambda_r: float = 1.0,           # likelihood precision λ_r (fixed: a data-dependent one voids B)
-                 prior_std: float | None = None,  # prior std σ_p of each coordinate of u_i, v_j (None: (2d)^-1/4)
-                 lambda_b: float = 1.0,           # prior precision of the biases b_i, c_j
+                 prior_std: float | None = 0.25,  # prior std σ_p of each coordinate of u_i, v_j (None: (2d)^-1/4)
+                 lambda_b: float = 10.0,          # prior precision of the biases b_i, c_j
                  neighbouring: str = "replace",   # 'replace' one user's ratings, or 'add_remove' a user
                  constant: str = "derived",       # K: 'derived' (2B replace, B add/remove) or 'paper' (4B)
                  bound: str = "trim",             # how B is made to hold: 'trim' to tau ratings or 'reweight'
@@ -327,7 +327,7 @@ class SGLD(Mechanism):
                  noise: str = "table",            # Gaussian draws from a 'table' or 'fresh' (counter-based)
                  table_size: int = 65_536,        # numbers in the Gaussian table (at least d + 1)
                  mu: float | None = None,         # public offset μ (None: the midpoint of the rating range)
-                 local_reg: float = 1.0,          # ridge λ of each user's local fit of (u_i, b_i) given V, c
+                 local_reg: float = 5.0,          # ridge λ of each user's local fit of (u_i, b_i) given V, c
                  threads: int | None = None,      # threads to run (None: 1)
                  blocks: int | None = None,       # G of the G x G block grid (None: threads); fixes the result
                  layout: str = "user",            # order inside a block: 'user' (user visits) or 'random'
