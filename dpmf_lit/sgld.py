@@ -18,7 +18,7 @@ from .checks import check_bool, check_choice, check_float, check_int, check_posi
 from .data import Ratings
 from .privacy import NEIGHBOURING
 from .kernels import (_GOLDEN, _JIT, _below, _mix64, PREFETCH_AHEAD, als_sweep, predict_kernel,
-                              prefetch_row, prepare_sgd_blocks, stratum_block, to_csr)
+                              prefetch_item, prefetch_row, prepare_sgd_blocks, stratum_block, to_csr)
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
 from .testing import _M64, _below_reference, _mix64_reference
 
@@ -229,6 +229,8 @@ def _sgld_range(user, item, rating, start, stop, U, V, b, c, mu, lo, hi, half, r
     for k in range(start, stop):
         if k + PREFETCH_AHEAD < stop:
             prefetch_row(U, user[k + PREFETCH_AHEAD]); prefetch_row(V, item[k + PREFETCH_AHEAD])
+            prefetch_item(inv_n, user[k + PREFETCH_AHEAD]); prefetch_item(inv_m, item[k + PREFETCH_AHEAD])
+            prefetch_item(weight, user[k + PREFETCH_AHEAD])   # the per-row scalars miss the cache like the rows
         x = _mix64(key + np.uint64(k) * _GOLDEN)
         if T <= 0:
             fresh_normals(x, buf)
