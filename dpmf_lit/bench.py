@@ -271,12 +271,12 @@ def _bench_sgld(r, d: int, threads: int, epochs: int, repeats: int, noise: str =
         numba.set_num_threads(threads)
         t0 = time.perf_counter()
         blocks = dpmf.prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_threads=threads, seed=seed, layout=layout)
-        inv = lambda x, n: (1.0 / np.maximum(np.bincount(x, minlength=n), 1)).astype(np.float32)
-        inv_n, inv_m, w = inv(r.user, r.n_users), inv(r.item, r.n_items), np.ones(r.n_users, np.float32)
+        ou = lambda x, n: sgld.ou_coefficients(np.bincount(x, minlength=n), 1e-3, 1.0, 1.0)
+        ou_u, ou_v, w = ou(r.user, r.n_users), ou(r.item, r.n_items), np.ones(r.n_users, np.float32)
         table = sgld.gaussian_table(table_size, d, seed) if noise == "table" else np.zeros(0, np.float32)
         setup_s, mu, lo, hi = time.perf_counter() - t0, float(np.mean(r.rating)), float(np.min(r.rating)), float(np.max(r.rating))
-        epoch = lambda P, Q, bu, bi, t: sgld.sgld_epoch_parallel(*blocks, P, Q, bu, bi, mu, lo, hi, 1e-3, 10.0, w, 1.0, 1.0, 1.0,
-                                                                 inv_n, inv_m, table, seed, t, True)
+        epoch = lambda P, Q, bu, bi, t: sgld.sgld_epoch_parallel(*blocks, P, Q, bu, bi, mu, lo, hi, 1e-3, 10.0, w, ou_u, ou_v,
+                                                                 table, seed, t, True)
         fits = []
         for rep in range(repeats + 1):   # the first fit compiles (or loads the cache) and is not counted
             P, Q, bu, bi = _init_factors(r, d, seed + rep)

@@ -25,8 +25,9 @@ from .testing import _M64, _below_reference, _mix64_reference
 # %% auto #0
 __all__ = ['LOSSES', 'user_loglik_bound', 'clipped_loglik', 'ops_epsilon', 'ops_likelihood_scale', 'personalized_user_epsilon',
            'log_posterior', 'worst_log_ratio', 'discrete_mf_table', 'trim_ratings', 'reweighting', 'gaussian_table',
-           'fresh_normals', 'sgld_epoch_parallel', 'sgld_epoch', 'sgld_epoch_numpy', 'SGLD', 'local_user_fit', 'TinyMF',
-           'TinyPosterior', 'tiny_posterior', 'tiny_sgld', 'ks_distance', 'clopper_pearson', 'Audit', 'audit_epsilon']
+           'fresh_normals', 'ou_coefficients', 'sgld_epoch_parallel', 'sgld_epoch', 'sgld_epoch_numpy', 'SGLD',
+           'local_user_fit', 'TinyMF', 'TinyPosterior', 'tiny_posterior', 'tiny_sgld', 'ks_distance', 'clopper_pearson',
+           'Audit', 'audit_epsilon']
 
 # %% ../nbs/07_sgld.ipynb #ae204fbe
 def user_loglik_bound(tau: int,        # ratings kept per user (trimming)
@@ -162,13 +163,13 @@ def reweighting(counts: np.ndarray,  # ratings per user n_i
     return np.minimum(1.0, tau / np.maximum(np.asarray(counts, np.float64), 1)).astype(np.float32)
 
 # %% ../nbs/07_sgld.ipynb #76ced56c
-def gaussian_table(table_size: int,  # N(0, 1) numbers in the table (at least d + 1)
+def gaussian_table(table_size: int,  # N(0, 1) numbers in the table (at least 2(d + 1))
                    d: int,           # rank: a segment is 2(d + 1) numbers
                    seed: int = 0,    # seed of the table
                    ) -> np.ndarray:
     "A float32 table of `table_size` N(0, 1) draws, padded with its first 2(d+1) numbers so segments never wrap."
     d = check_int("d", d, 1)
-    table_size = check_int("table_size", table_size, d + 1)
+    table_size = check_int("table_size", table_size, 2 * (d + 1))   # the u and v segments of one update must not overlap
     z = np.random.default_rng(check_int("seed", seed, 0)).standard_normal(table_size).astype(np.float32)
     return np.concatenate([z, np.resize(z, 2 * (d + 1))])
 
@@ -194,10 +195,21 @@ def _epoch_key(seed, epoch):
     return _mix64(np.uint64(seed) * _GOLDEN ^ _mix64(np.uint64(epoch) + _GOLDEN))
 
 # %% ../nbs/07_sgld.ipynb #aede4e85
+def ou_coefficients(counts: np.ndarray,  # visits per row in an epoch (n_i, or m_j)
+                    eta: float,          # the Langevin step η of the epoch
+                    lam: float,          # prior precision of the factor coordinates
+                    lam_b: float,        # prior precision of the bias
+                    ) -> np.ndarray:
+    "Per-visit (a, σ, a_b, σ_b) of each row: a = exp(-ηλ/(2n)), σ = sqrt((1 - a²)/λ); n visits compose to the exact OU move."
+    n = np.maximum(np.asarray(counts, np.float64), 1)[:, None]
+    lams = np.array([lam, lam_b], np.float64)
+    a = np.exp(-eta * lams / (2 * n))
+    return np.ascontiguousarray(np.stack([a[:, 0], np.sqrt(-np.expm1(-eta * lams[0] / n[:, 0]) / lam),
+                                          a[:, 1], np.sqrt(-np.expm1(-eta * lams[1] / n[:, 0]) / lam_b)], 1), np.float32)
+
 @njit(inline="always", fastmath=True, boundscheck=False, nogil=True, error_model="numpy")
-def _sgld_update(i, j, r, U, V, b, c, mu, lo, hi, half, root, lik, weight, lam_u, lam_v, lam_b, inv_n, inv_m,
-                 noise, ou, ov, use_bias):
-    "One SGLD step on rating r of user i for item j (half = η/2, root = √η, lik = γλ_r); returns r - p_ij."
+def _sgld_update(i, j, r, U, V, b, c, mu, lo, hi, half, lik, weight, ou_u, ou_v, noise, ou, ov, use_bias):
+    "One SGLD step on rating r of user i for item j (half = η/2, lik = γλ_r); returns r - p_ij."
     d = U.shape[1]
     dot = np.float32(0.0)
     for f in range(d):
@@ -205,11 +217,10 @@ def _sgld_update(i, j, r, U, V, b, c, mu, lo, hi, half, root, lik, weight, lam_u
     raw = mu + dot + (b[i] + c[j] if use_bias else np.float32(0.0))
     e = r - min(max(raw, lo), hi)
     s = half * lik * weight[i] * e if lo < raw < hi else np.float32(0.0)      # g = 0 where the clip is flat
-    su, sv = np.float32(root * math.sqrt(inv_n[i])), np.float32(root * math.sqrt(inv_m[j]))
     if use_bias:
-        b[i] = (np.float32(1.0) - half * lam_b * inv_n[i]) * b[i] + s + su * noise[ou + d]
-        c[j] = (np.float32(1.0) - half * lam_b * inv_m[j]) * c[j] + s + sv * noise[ov + d]
-    du, dv = np.float32(1.0) - half * lam_u * inv_n[i], np.float32(1.0) - half * lam_v * inv_m[j]
+        b[i] = ou_u[i, 2] * b[i] + s + ou_u[i, 3] * noise[ou + d]
+        c[j] = ou_v[j, 2] * c[j] + s + ou_v[j, 3] * noise[ov + d]
+    du, su, dv, sv = ou_u[i, 0], ou_u[i, 1], ou_v[j, 0], ou_v[j, 1]
     zu, zv, Ui, Vj = noise[ou:ou + d], noise[ov:ov + d], U[i], V[j]
     for f in range(d):
         u, v = Ui[f], Vj[f]
@@ -219,8 +230,8 @@ def _sgld_update(i, j, r, U, V, b, c, mu, lo, hi, half, root, lik, weight, lam_u
 
 # %% ../nbs/07_sgld.ipynb #85c020da
 @njit(**_JIT)
-def _sgld_range(user, item, rating, start, stop, U, V, b, c, mu, lo, hi, half, root, lik, weight, lam_u, lam_v,
-                lam_b, inv_n, inv_m, table, key, use_bias):
+def _sgld_range(user, item, rating, start, stop, U, V, b, c, mu, lo, hi, half, lik, weight, ou_u, ou_v, table, key,
+                use_bias):
     "SGLD over ratings [start, stop); noise from `table` (a fresh offset per user visit), or fresh if it is empty."
     d = U.shape[1]
     T = table.shape[0] - 2 * (d + 1)          # <= 0: an empty table, draw fresh normals
@@ -229,17 +240,17 @@ def _sgld_range(user, item, rating, start, stop, U, V, b, c, mu, lo, hi, half, r
     for k in range(start, stop):
         if k + PREFETCH_AHEAD < stop:
             prefetch_row(U, user[k + PREFETCH_AHEAD]); prefetch_row(V, item[k + PREFETCH_AHEAD])
-            prefetch_item(inv_n, user[k + PREFETCH_AHEAD]); prefetch_item(inv_m, item[k + PREFETCH_AHEAD])
+            prefetch_row(ou_u, user[k + PREFETCH_AHEAD]); prefetch_row(ou_v, item[k + PREFETCH_AHEAD])
             prefetch_item(weight, user[k + PREFETCH_AHEAD])   # the per-row scalars miss the cache like the rows
         x = _mix64(key + np.uint64(k) * _GOLDEN)
         if T <= 0:
             fresh_normals(x, buf)
-            e = _sgld_update(user[k], item[k], rating[k], U, V, b, c, mu, lo, hi, half, root, lik, weight,
-                             lam_u, lam_v, lam_b, inv_n, inv_m, buf, 0, d + 1, use_bias)
+            e = _sgld_update(user[k], item[k], rating[k], U, V, b, c, mu, lo, hi, half, lik, weight, ou_u, ou_v,
+                             buf, 0, d + 1, use_bias)
         else:
             if k == start or user[k] != user[k - 1]: pos = _below(x, T)      # a new user visit: a new offset
-            e = _sgld_update(user[k], item[k], rating[k], U, V, b, c, mu, lo, hi, half, root, lik, weight,
-                             lam_u, lam_v, lam_b, inv_n, inv_m, table, pos, pos + d + 1, use_bias)
+            e = _sgld_update(user[k], item[k], rating[k], U, V, b, c, mu, lo, hi, half, lik, weight, ou_u, ou_v,
+                             table, pos, pos + d + 1, use_bias)
             pos += 2 * (d + 1)
             if pos >= T: pos -= T
         sse += e * e
@@ -247,36 +258,31 @@ def _sgld_range(user, item, rating, start, stop, U, V, b, c, mu, lo, hi, half, r
 
 # %% ../nbs/07_sgld.ipynb #074e9712
 @njit(parallel=True, **_JIT)
-def sgld_epoch_parallel(user, item, rating, ptr, U, V, b, c, mu, lo, hi, eta, lik, weight, lam_u, lam_v, lam_b,
-                        inv_n, inv_m, table, seed, epoch, use_bias):
+def sgld_epoch_parallel(user, item, rating, ptr, U, V, b, c, mu, lo, hi, eta, lik, weight, ou_u, ou_v, table, seed,
+                        epoch, use_bias):
     """One block-scheduled SGLD epoch over `SGDBlocks` (`user, item, rating, ptr`) in place, step `eta`,
-    likelihood scale `lik` = γλ_r, per-user `weight`, 1/n_i `inv_n`, 1/m_j `inv_m`. Returns the sum of squared
-    residuals of the clipped predictions seen before each update."""
-    mu, lo, hi, lik = np.float32(mu), np.float32(lo), np.float32(hi), np.float32(lik)
-    half, root = np.float32(eta / 2), np.float32(math.sqrt(eta))
-    lam_u, lam_v, lam_b = np.float32(lam_u), np.float32(lam_v), np.float32(lam_b)
+    likelihood scale `lik` = γλ_r, per-user `weight`, per-visit prior moves `ou_u`, `ou_v` (`ou_coefficients`).
+    Returns the sum of squared residuals of the clipped predictions seen before each update."""
+    mu, lo, hi, lik, half = np.float32(mu), np.float32(lo), np.float32(hi), np.float32(lik), np.float32(eta / 2)
     key, G = _epoch_key(seed, epoch), int(np.sqrt(ptr.shape[0] - 1) + 0.5)
     part = np.zeros(G)
     for s in range(G):
         for g in prange(G):
             k = stratum_block(g, s, G)
-            part[g] += _sgld_range(user, item, rating, ptr[k], ptr[k + 1], U, V, b, c, mu, lo, hi, half, root, lik,
-                                   weight, lam_u, lam_v, lam_b, inv_n, inv_m, table, key, use_bias)
+            part[g] += _sgld_range(user, item, rating, ptr[k], ptr[k + 1], U, V, b, c, mu, lo, hi, half, lik,
+                                   weight, ou_u, ou_v, table, key, use_bias)
     return part.sum()
 
 @njit(**_JIT)
-def sgld_epoch(user, item, rating, U, V, b, c, mu, lo, hi, eta, lik, weight, lam_u, lam_v, lam_b, inv_n, inv_m,
-               table, seed, epoch, use_bias):
+def sgld_epoch(user, item, rating, U, V, b, c, mu, lo, hi, eta, lik, weight, ou_u, ou_v, table, seed, epoch, use_bias):
     "One serial SGLD epoch over the ratings in their stored order (same arguments as `sgld_epoch_parallel`, no `ptr`)."
-    mu, lo, hi, lik = np.float32(mu), np.float32(lo), np.float32(hi), np.float32(lik)
-    half, root = np.float32(eta / 2), np.float32(math.sqrt(eta))
-    return _sgld_range(user, item, rating, 0, user.shape[0], U, V, b, c, mu, lo, hi, half, root, lik, weight,
-                       np.float32(lam_u), np.float32(lam_v), np.float32(lam_b), inv_n, inv_m, table,
-                       _epoch_key(seed, epoch), use_bias)
+    mu, lo, hi, lik, half = np.float32(mu), np.float32(lo), np.float32(hi), np.float32(lik), np.float32(eta / 2)
+    return _sgld_range(user, item, rating, 0, user.shape[0], U, V, b, c, mu, lo, hi, half, lik, weight, ou_u, ou_v,
+                       table, _epoch_key(seed, epoch), use_bias)
 
 # %% ../nbs/07_sgld.ipynb #565a24a4
-def sgld_epoch_numpy(user, item, rating, U, V, b, c, mu, lo, hi, eta, lik, weight, lam_u, lam_v, lam_b, inv_n, inv_m,
-                     table, seed, epoch, use_bias):
+def sgld_epoch_numpy(user, item, rating, U, V, b, c, mu, lo, hi, eta, lik, weight, ou_u, ou_v, table, seed, epoch,
+                     use_bias):
     "The table-noise serial epoch in plain Python/numpy (float64), in place; for checking the kernels on small inputs."
     G, d = 0x9E3779B97F4A7C15, U.shape[1]
     key = _mix64_reference(((seed * G) & _M64) ^ _mix64_reference((epoch + G) & _M64))
@@ -289,13 +295,12 @@ def sgld_epoch_numpy(user, item, rating, U, V, b, c, mu, lo, hi, eta, lik, weigh
         raw = mu + U[i] @ V[j] + (b[i] + c[j] if use_bias else 0.0)
         e = rating[k] - min(max(raw, lo), hi)
         s = eta / 2 * lik * weight[i] * e if lo < raw < hi else 0.0
-        su, sv = math.sqrt(eta * inv_n[i]), math.sqrt(eta * inv_m[j])
+        (au, su, ab, sb), (av, sv, ac, sc) = ou_u[i].astype(np.float64), ou_v[j].astype(np.float64)
         if use_bias:
-            b[i] = (1 - eta / 2 * lam_b * inv_n[i]) * b[i] + s + su * zu[d]
-            c[j] = (1 - eta / 2 * lam_b * inv_m[j]) * c[j] + s + sv * zv[d]
+            b[i], c[j] = ab * b[i] + s + sb * zu[d], ac * c[j] + s + sc * zv[d]
         ui = U[i].copy()
-        U[i] = (1 - eta / 2 * lam_u * inv_n[i]) * ui + s * V[j] + su * zu[:d]
-        V[j] = (1 - eta / 2 * lam_v * inv_m[j]) * V[j] + s * ui + sv * zv[:d]
+        U[i] = au * ui + s * V[j] + su * zu[:d]
+        V[j] = av * V[j] + s * ui + sv * zv[:d]
         pos = pos + 2 * (d + 1) - (T if pos + 2 * (d + 1) >= T else 0)
         sse += e * e
     return sse
@@ -323,11 +328,11 @@ class SGLD(Mechanism):
                  prior_std: float | None = 0.25,  # prior std σ_p of each coordinate of u_i, v_j (None: (2d)^-1/4)
                  lambda_b: float = 10.0,          # prior precision of the biases b_i, c_j
                  neighbouring: str = "replace",   # 'replace' one user's ratings, or 'add_remove' a user
-                 constant: str = "derived",       # K: 'derived' (2B replace, B add/remove) or 'paper' (4B)
+                 constant: str = "derived",       # K: 'derived' one-sided (2B replace, B add/remove) or 'paper' two-sided (4B, 2B)
                  bound: str = "trim",             # how B is made to hold: 'trim' to tau ratings or 'reweight'
                  weights=None,                    # per-user weights w_i in [0, 1] (None: all 1): ε_i = w_i·ε
                  noise: str = "table",            # Gaussian draws from a 'table' or 'fresh' (counter-based)
-                 table_size: int = 65_536,        # numbers in the Gaussian table (at least d + 1)
+                 table_size: int = 65_536,        # numbers in the Gaussian table (at least 2(d + 1))
                  mu: float | None = None,         # public offset μ (None: the midpoint of the rating range)
                  local_reg: float = 5.0,          # ridge λ of each user's local fit of (u_i, b_i) given V, c
                  threads: int | None = None,      # threads to run (None: 1)
@@ -341,7 +346,7 @@ class SGLD(Mechanism):
         self.neighbouring = check_choice("neighbouring", neighbouring, ("replace", "add_remove"))
         self.constant, self.bound = check_choice("constant", constant, ("derived", "paper")), check_choice("bound", bound, ("trim", "reweight"))
         self.weights = _check_weights(weights)
-        self.noise, self.table_size = check_choice("noise", noise, ("table", "fresh")), check_int("table_size", table_size, self.d + 1)
+        self.noise, self.table_size = check_choice("noise", noise, ("table", "fresh")), check_int("table_size", table_size, 2 * (self.d + 1))
         self.mu, self.local_reg = check_float("mu", mu, allow_none=True), check_positive("local_reg", local_reg)
         self.threads, self.blocks = check_int("threads", threads, 1, allow_none=True), check_int("blocks", blocks, 1, allow_none=True)
         self.layout, self.seed = check_choice("layout", layout, ("random", "user")), check_int("seed", seed, 0)
@@ -376,33 +381,36 @@ def _sgld_resolved(self: SGLD, train: Ratings | None = None) -> dict:
 SGLD.resolved_params = _sgld_resolved
 
 # %% ../nbs/07_sgld.ipynb #263bf6bb
-def _per_user_weights(self: SGLD, train: Ratings, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    "(w_i, the weight on each of user i's ratings in the likelihood: w_i, times min(1, tau/n_i) when reweighting)."
+def _check_user_weights(self: SGLD, train: Ratings) -> np.ndarray:
+    "The per-user weights w_i (float32, one per user of `train`), checked before any work."
     w = np.full(train.n_users, 1.0 if self.weights is None else self.weights, np.float32) if np.ndim(self.weights) == 0 \
         else np.asarray(self.weights, np.float32)
     if w.shape != (train.n_users,):
         raise ValueError(f"weights has {w.size} entries; train has n_users={train.n_users}")
-    return w, (w * reweighting(counts, self.tau) if self.bound == "reweight" else w)
+    return w
 
 def _start(self: SGLD, train: Ratings, p: dict):
-    "The trimmed ratings in the block grid, and a small random start (U, V, b, c) drawn from stream 2."
+    "The trimmed ratings in the block grid, and a start (U, V, b, c) drawn from the prior (stream 2): data-independent."
     kept = trim_ratings(train, self.tau, seed=int(self.rng(1).integers(2**31))) if self.bound == "trim" else train
     blocks = prepare_sgd_blocks(kept.user, kept.item, kept.rating, train.n_users, train.n_items,
                                 n_threads=p["blocks"], seed=int(self.rng(3).integers(2**31)), layout=self.layout)
-    g, s = self.rng(2), 0.1 * p["prior_std"]
+    g, s, sb = self.rng(2), p["prior_std"], self.lambda_b ** -0.5
     U = (s * g.standard_normal((train.n_users, self.d))).astype(np.float32)
     V = (s * g.standard_normal((train.n_items, self.d))).astype(np.float32)
-    return kept, blocks, U, V, np.zeros(train.n_users, np.float32), np.zeros(train.n_items, np.float32)
+    b, c = (sb * g.standard_normal(train.n_users)).astype(np.float32), (sb * g.standard_normal(train.n_items)).astype(np.float32)
+    return kept, blocks, U, V, b, c
 
 # %% ../nbs/07_sgld.ipynb #56bd5a06
-def _sgld_fit(self: SGLD, train: Ratings, progress: bool = False, valid: Ratings | None = None) -> Factors:
-    "Trim, sample θ by SGLD, release (V, c); each user then fits (u_i, b_i) locally. With `valid`, its RMSE per epoch."
+def _sgld_fit(self: SGLD, train: Ratings, progress: bool = False,
+              valid: Ratings | None = None,  # held-out ratings: the current sample's RMSE on them after every epoch
+              on_epoch=None,                 # called as on_epoch(t, U, V, b, c) after epoch t (diagnostics: sees the private state)
+              ) -> Factors:
+    "Trim, sample θ by SGLD, release (V, c); each user then fits (u_i, b_i) locally."
     p = self.resolved_params(train)
+    w = _check_user_weights(self, train)
     kept, blocks, U, V, b, c = _start(self, train, p)
-    counts = np.bincount(kept.user, minlength=train.n_users)
-    w, lik_w = _per_user_weights(self, train, counts)
-    inv_n = (1.0 / np.maximum(counts, 1)).astype(np.float32)
-    inv_m = (1.0 / np.maximum(np.bincount(kept.item, minlength=train.n_items), 1)).astype(np.float32)
+    counts, m_counts = np.bincount(kept.user, minlength=train.n_users), np.bincount(kept.item, minlength=train.n_items)
+    lik_w = w * reweighting(counts, self.tau) if self.bound == "reweight" else w
     table = (gaussian_table(self.table_size, self.d, seed=int(self.rng(4).integers(2**31))) if self.noise == "table"
              else np.zeros(0, np.float32))
     lam = p["prior_std"] ** -2
@@ -411,10 +419,12 @@ def _sgld_fit(self: SGLD, train: Ratings, progress: bool = False, valid: Ratings
     try:
         for t in tqdm(range(self.epochs), desc="sgld", disable=not progress, leave=False):
             eta = p["eta"] * (1 + t) ** -self.step_decay
+            ou_u, ou_v = ou_coefficients(counts, eta, lam, self.lambda_b), ou_coefficients(m_counts, eta, lam, self.lambda_b)
             sse = sgld_epoch_parallel(*blocks, U, V, b, c, p["mu"], lo, hi, eta, p["gamma"] * self.lambda_r, lik_w,
-                                      lam, lam, self.lambda_b, inv_n, inv_m, table, kseed, t, True)
+                                      ou_u, ou_v, table, kseed, t, True)
             rec = dict(epoch=t + 1, eta=eta, train_rmse=math.sqrt(sse / max(len(kept), 1)), seconds=time.perf_counter() - t0)
             if valid is not None: rec["valid_rmse"] = _rmse(U, V, b, c, p["mu"], valid)
+            if on_epoch is not None: on_epoch(t, U, V, b, c)
             history.append(rec)
     finally:
         numba.set_num_threads(prev)
@@ -459,7 +469,8 @@ def _sgld_report(self: SGLD, p: dict, w: np.ndarray) -> PrivacyReport:
     "User-level report: exact-sampling guarantee, the constant used, the personalized range, the audit."
     eps_w = w.astype(np.float64) * self.epsilon
     unit = "user" if self.neighbouring == "replace" else "user (add/remove)"
-    K = "4B (the paper's)" if self.constant == "paper" else ("2B" if self.neighbouring == "replace" else "B") + " (derived, one-sided loss)"
+    K = {("paper", "replace"): "4B (the paper's, two-sided)", ("paper", "add_remove"): "2B (two-sided)",
+         ("derived", "replace"): "2B (derived, one-sided loss)", ("derived", "add_remove"): "B (derived, one-sided loss)"}[self.constant, self.neighbouring]
     notes = (f"B = tau*lambda_r*Delta^2/2 = {p['B']:g}; gamma = epsilon/K = {p['gamma']:.4g} with K = {K}; "
              f"bound by {self.bound} to tau = {self.tau}; per-user epsilon_i = w_i*epsilon in "
              f"[{eps_w.min():g}, {eps_w.max():g}] (median {np.median(eps_w):g}); eta = {p['eta']:.4g}")
@@ -587,8 +598,8 @@ def tiny_sgld(model: TinyMF,      # the data and the model
               seed: int,          # seed of the initialisation, the orders and the noise
               snapshots=None,     # None: return the last (v, c); a list of epochs: [(v, c) after each of them]
              ):
-    """Reference SGLD for `TinyMF`, the per-rating update of the shared model spec (numpy, seeded): each chain
-    starts from the prior, visits the ratings in a fresh random order every epoch and returns its last (v, c)."""
+    """Reference SGLD for `TinyMF`, the per-rating update of §5 (exact prior moves split over the visits; numpy, seeded):
+    each chain starts from the prior, visits the ratings in a fresh random order every epoch, returns its last (v, c)."""
     epochs = check_int("epochs", epochs, 1); C = check_int("n_chains", n_chains, 1)
     keep = sorted({check_int("snapshots", e, 1) for e in snapshots}) if snapshots is not None else [epochs]
     if keep[-1] > epochs: raise ValueError(f"snapshots={snapshots!r} must be <= epochs={epochs}")
@@ -601,17 +612,19 @@ def tiny_sgld(model: TinyMF,      # the data and the model
     c = rng.standard_normal(C) / math.sqrt(M.lambda_b) if M.bias else np.zeros(C)
     b = rng.standard_normal((C, n)) / math.sqrt(M.lambda_b) if M.user_bias else np.zeros((C, n))
     rows, out = np.arange(C), []
+    ou = lambda h, lam, visits: (math.exp(-h * lam / (2 * visits)), math.sqrt(-math.expm1(-h * lam / visits) / lam))
     for t in range(epochs):
         h = etas[t]; order = np.argsort(rng.random((C, n)), axis=1)
+        (au, su), (ab, sb), (av, sv), (ac, sc) = ou(h, M.lambda_u, 1), ou(h, M.lambda_b, 1), ou(h, M.lambda_v, m), ou(h, M.lambda_b, m)
         for s in range(n):
             i = order[:, s]; ui = u[rows, i]; bi = b[rows, i]
             x = M.mu + bi + c + ui * v
             ge = M.gamma * W[i] * M.lambda_r * ((x >= M.r_min) & (x <= M.r_max)) * (R[i] - np.clip(x, M.r_min, M.r_max))
             xi = rng.standard_normal((4 if M.user_bias else 3, C))
-            u[rows, i] = ui + h / 2 * (ge * v - M.lambda_u * ui) + math.sqrt(h) * xi[0]
-            if M.user_bias: b[rows, i] = bi + h / 2 * (ge - M.lambda_b * bi) + math.sqrt(h) * xi[3]
-            v = v + h / 2 * (ge * ui - M.lambda_v * v / m) + math.sqrt(h / m) * xi[1]
-            if M.bias: c = c + h / 2 * (ge - M.lambda_b * c / m) + math.sqrt(h / m) * xi[2]
+            u[rows, i] = au * ui + h / 2 * ge * v + su * xi[0]
+            if M.user_bias: b[rows, i] = ab * bi + h / 2 * ge + sb * xi[3]
+            v = av * v + h / 2 * ge * ui + sv * xi[1]
+            if M.bias: c = ac * c + h / 2 * ge + sc * xi[2]
         if t + 1 in keep: out.append((v.copy(), c.copy()))
     return out[-1] if snapshots is None else out
 

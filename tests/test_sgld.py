@@ -1,22 +1,23 @@
 """Liu, Wang & Smola (2015): the SGLD engine and the `sgld` mechanism (nbs/07_sgld.ipynb).
 
 Statistical tests use fixed seeds; a correct sampler must pass at ACCEPT and a wrong one fail at REJECT."""
+import numba
 import numpy as np
 import pytest
 from scipy import stats
 
 from dpmf_lit.data import synthetic
 from dpmf_lit.kernels import prepare_sgd_blocks
-from dpmf_lit.sgld import (SGLD, gaussian_table, fresh_normals, local_user_fit, reweighting, sgld_epoch,
+from dpmf_lit.sgld import (SGLD, gaussian_table, fresh_normals, local_user_fit, ou_coefficients, reweighting, sgld_epoch,
                            sgld_epoch_numpy, sgld_epoch_parallel, trim_ratings, user_loglik_bound)
 from dpmf_lit.testing import ACCEPT, REJECT, ks_p
 
 
-def _problem(n_u=60, n_i=25, n=900, d=3, seed=0):
+def _problem(n_u=60, n_i=25, n=900, d=3, seed=0, eta=0.03, lam=2.0, lam_b=1.0):
     r = synthetic(n_u, n_i, n, seed=seed)
     user, item, rating = (np.ascontiguousarray(a) for a in (r.user, r.item, r.rating))
-    inv = lambda x, m: (1 / np.maximum(np.bincount(x, minlength=m), 1)).astype(np.float32)
-    return r, user, item, rating, inv(user, n_u), inv(item, n_i)
+    ou = lambda x, m: ou_coefficients(np.bincount(x, minlength=m), eta, lam, lam_b)
+    return r, user, item, rating, ou(user, n_u), ou(item, n_i)
 
 
 # ---- the Gaussian table and fresh draws -------------------------------------------------------------------------
@@ -51,14 +52,14 @@ def test_fresh_normals_distribution_and_independence_of_keys():
 
 @pytest.mark.parametrize("use_bias", [True, False])
 def test_serial_kernel_matches_numpy_reference(use_bias):
-    r, user, item, rating, inv_n, inv_m = _problem()
+    r, user, item, rating, ou_u, ou_v = _problem()
     order = np.argsort(user, kind="stable")            # user visits, as the 'user' layout gives
     user, item, rating = user[order], item[order], rating[order]
     g = np.random.default_rng(3)
     U, V = (0.4 * g.standard_normal((60, 3))).astype(np.float32), (0.4 * g.standard_normal((25, 3))).astype(np.float32)
     b, c = (0.1 * g.standard_normal(60)).astype(np.float32), (0.1 * g.standard_normal(25)).astype(np.float32)
     w, table = g.uniform(0, 1, 60).astype(np.float32), gaussian_table(500, 3, seed=2)
-    args = (3.0, 1.0, 5.0, 0.03, 0.9, w, 1.5, 2.5, 1.0, inv_n, inv_m, table, 5, 2, use_bias)
+    args = (3.0, 1.0, 5.0, 0.03, 0.9, w, ou_u, ou_v, table, 5, 2, use_bias)
     ref = [a.astype(np.float64) for a in (U, V, b, c)]
     sse_ref = sgld_epoch_numpy(user, item, rating, *ref, *args)
     got = [a.copy() for a in (U, V, b, c)]
@@ -68,63 +69,82 @@ def test_serial_kernel_matches_numpy_reference(use_bias):
 
 
 def test_parallel_kernel_on_one_block_equals_serial_kernel():
-    r, user, item, rating, inv_n, inv_m = _problem()
+    r, user, item, rating, ou_u, ou_v = _problem()
     blk = prepare_sgd_blocks(user, item, rating, 60, 25, n_threads=1, seed=0, layout="user")
     g = np.random.default_rng(0)
     state = [(0.3 * g.standard_normal((60, 3))).astype(np.float32), (0.3 * g.standard_normal((25, 3))).astype(np.float32),
              np.zeros(60, np.float32), np.zeros(25, np.float32)]
     w, table = np.ones(60, np.float32), gaussian_table(1000, 3, seed=0)
-    args = (3.0, 1.0, 5.0, 0.02, 1.0, w, 1.0, 1.0, 1.0, inv_n, inv_m, table, 9, 0, True)
+    args = (3.0, 1.0, 5.0, 0.02, 1.0, w, ou_u, ou_v, table, 9, 0, True)
     a, b = [x.copy() for x in state], [x.copy() for x in state]
     sgld_epoch(blk.user, blk.item, blk.rating, *a, *args)
     sgld_epoch_parallel(*blk, *b, *args)
     for x, y in zip(a, b): np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7)   # two compiled kernels: equal up to rounding
 
 
-def _prior_chain(noise: str, G: int, seeds: int, epochs: int, eta: float, lam: float, scale: float = 1.0,
-                 table_size: int = 65_536):
-    """SGLD with the likelihood switched off (lik = 0) targets the prior N(0, 1/lam) exactly in the limit eta -> 0:
-    the values of V after `epochs` epochs over independent seeds."""
-    r, user, item, rating, inv_n, inv_m = _problem(n_u=40, n_i=30, n=600, d=2, seed=1)
-    blk = prepare_sgd_blocks(user, item, rating, 40, 30, n_threads=1, n_groups=G, seed=0, layout="user")
-    out = []
-    for s in range(seeds):
-        U, V = np.zeros((40, 2), np.float32), np.zeros((30, 2), np.float32)
-        b, c = np.zeros(40, np.float32), np.zeros(30, np.float32)
-        table = gaussian_table(table_size, 2, seed=s) * np.float32(scale) if noise == "table" else np.zeros(0, np.float32)
-        for t in range(epochs):
-            sgld_epoch_parallel(*blk, U, V, b, c, 3.0, 1.0, 5.0, eta, 0.0, np.ones(40, np.float32), lam, lam, lam,
-                                inv_n, inv_m, table, s, t, True)
-        out.append(V.ravel().copy())
-    return np.concatenate(out)
+def _chain(noise: str, G: int, seeds: int, epochs: int, eta: float, lam: float, lik: float = 0.0, scale: float = 1.0,
+           table_size: int = 65_536, threads: int = 1):
+    """The values of V (and c) after `epochs` epochs of the parallel kernel over independent seeds, on a rating pattern
+    where item degrees range from 1 to about 60; `lik` = 0 switches the likelihood off (the chain then targets the prior)."""
+    r = synthetic(40, 30, 600, seed=1)
+    keep = (r.item >= 5) | (np.arange(len(r)) % 7 == 0)            # items 0-4 rated only a few times
+    user, item, rating = r.user[keep], r.item[keep], r.rating[keep]
+    m = np.bincount(item, minlength=30)
+    ou_u, ou_v = ou_coefficients(np.bincount(user, minlength=40), eta, lam, lam), ou_coefficients(m, eta, lam, lam)
+    blk = prepare_sgd_blocks(user, item, rating, 40, 30, n_threads=threads, n_groups=G, seed=0, layout="user")
+    out, old = [], numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        for s in range(seeds):
+            g = np.random.default_rng(1000 + s)
+            U, V = (g.standard_normal((40, 2)) / np.sqrt(lam)).astype(np.float32), (g.standard_normal((30, 2)) / np.sqrt(lam)).astype(np.float32)
+            b, c = (g.standard_normal(40) / np.sqrt(lam)).astype(np.float32), (g.standard_normal(30) / np.sqrt(lam)).astype(np.float32)
+            table = gaussian_table(table_size, 2, seed=s) * np.float32(scale) if noise == "table" else np.zeros(0, np.float32)
+            for t in range(epochs):
+                sgld_epoch_parallel(*blk, U, V, b, c, 3.0, 1.0, 5.0, eta, lik, np.ones(40, np.float32), ou_u, ou_v, table, s, t, True)
+            out.append(np.c_[V, c].copy())
+    finally:
+        numba.set_num_threads(old)
+    return np.stack(out), m
 
 
 @pytest.mark.parametrize("noise", ["table", "fresh"])
-def test_sgld_without_data_samples_the_prior(noise):
-    """With the likelihood off, the stationary law of the per-epoch chain is N(0, v) with
-    v = eta / (1 - exp(-eta*lam)) ~ 1/lam (1 + eta*lam/2): the kernel's noise and contraction are scaled right."""
-    eta, lam = 0.02, 4.0
-    v = _prior_chain(noise, G=1, seeds=40, epochs=400, eta=eta, lam=lam)
-    sd = np.sqrt(eta / (-np.expm1(-eta * lam)))
-    assert ks_p(v, stats.norm(0, sd).cdf) > ACCEPT
-    assert ks_p(v, stats.norm(0, 1.25 * sd).cdf) < REJECT        # a 25 % wrong noise scale is visible
+def test_sgld_without_data_samples_the_prior_whatever_the_rating_pattern(noise):
+    """With the likelihood off, the per-visit exact OU moves leave N(0, 1/lam) invariant for every row, whether an item
+    was rated once or sixty times: the release carries nothing about the rating pattern (even at a large step)."""
+    eta, lam = 0.25, 4.0
+    x, m = _chain(noise, G=1, seeds=60, epochs=60, eta=eta, lam=lam)
+    few, many = x[:, m <= 3].ravel(), x[:, m >= 15].ravel()
+    assert few.size > 300 and many.size > 300
+    sd = 1 / np.sqrt(lam)
+    for part in (few, many):
+        assert ks_p(part, stats.norm(0, sd).cdf) > ACCEPT
+    assert ks_p(many, stats.norm(0, 1.25 * sd).cdf) < REJECT        # a 25 % wrong noise scale is visible
+    assert stats.ks_2samp(few, many).pvalue > ACCEPT
 
 
-def test_a_small_table_inflates_the_noise():
-    """Each parameter's value sums ~ 1/(eta*lam) epochs of draws; from a table of 4,096 numbers the same numbers come
-    back and add coherently: the stationary sd is visibly too large (a cost of the table the paper does not discuss)."""
-    v = _prior_chain("table", G=1, seeds=40, epochs=400, eta=0.02, lam=4.0, table_size=4096)
-    assert v.std() > 1.1 * np.sqrt(0.02 / (-np.expm1(-0.02 * 4.0)))
+def test_serial_and_parallel_grids_agree_in_distribution_with_the_likelihood_on():
+    "G = 1 (serial order) and G = 3 on two threads (block grid) sample the same law; a wrongly scaled table does not."
+    eta, lam = 0.05, 4.0
+    a, _ = _chain("table", G=1, seeds=40, epochs=60, eta=eta, lam=lam, lik=2.0)
+    b, _ = _chain("table", G=3, seeds=40, epochs=60, eta=eta, lam=lam, lik=2.0, threads=2)
+    assert stats.ks_2samp(a.ravel(), b.ravel()).pvalue > ACCEPT
+    wrong, _ = _chain("table", G=3, seeds=40, epochs=60, eta=eta, lam=lam, lik=2.0, scale=2.0, threads=2)
+    assert stats.ks_2samp(a.ravel(), wrong.ravel()).pvalue < REJECT
 
 
-def test_serial_and_parallel_grids_agree_in_distribution():
-    "G = 1 (serial order) and G = 3 (block grid) visit the ratings differently but sample the same law."
-    eta, lam = 0.02, 4.0
-    a = _prior_chain("table", G=1, seeds=30, epochs=300, eta=eta, lam=lam)
-    b = _prior_chain("table", G=3, seeds=30, epochs=300, eta=eta, lam=lam)
-    assert stats.ks_2samp(a, b).pvalue > ACCEPT
-    wrong = _prior_chain("table", G=3, seeds=30, epochs=300, eta=eta, lam=lam, scale=1.5)
-    assert stats.ks_2samp(a, wrong).pvalue < REJECT
+def test_unrated_items_are_released_as_prior_draws():
+    "An item with no kept rating has the prior as its exact posterior: the release must draw it from the prior."
+    r = synthetic(200, 50, 3_000, seed=3)
+    r = r.take(np.flatnonzero(r.item >= 10))                          # items 0-9: nobody rated them
+    m = SGLD(epsilon=5.0, tau=20, d=3, epochs=3, prior_std=0.5, lambda_b=4.0, seed=0)
+    vals_V, vals_c = [], []
+    for s in range(60):
+        f = SGLD(**{**m.params(), "seed": s}).fit(r)
+        vals_V.append(f.V[:10].ravel()); vals_c.append(f.item_bias[:10])
+    assert ks_p(np.concatenate(vals_V), stats.norm(0, 0.5).cdf) > ACCEPT
+    assert ks_p(np.concatenate(vals_c), stats.norm(0, 0.5).cdf) > ACCEPT
+    assert not (np.concatenate(vals_c) == 0).any()
 
 
 # ---- trimming, the likelihood bound, the mechanism ---------------------------------------------------------------
@@ -157,9 +177,10 @@ def test_clipped_loglik_never_exceeds_B():
     assert B == pytest.approx(0.5 * tau * lam_r * 16)
 
 
-def test_same_seed_and_threads_give_identical_output_and_seed_matters():
+@pytest.mark.parametrize("threads", [1, 2])
+def test_same_seed_and_threads_give_identical_output_and_seed_matters(threads):
     r = synthetic(300, 80, 8_000, seed=2)
-    kw = dict(epsilon=50.0, tau=30, d=4, epochs=4)
+    kw = dict(epsilon=50.0, tau=30, d=4, epochs=4, threads=threads)
     a, b = SGLD(**kw, seed=3).fit(r), SGLD(**kw, seed=3).fit(r)
     np.testing.assert_array_equal(a.V, b.V); np.testing.assert_array_equal(a.U, b.U)
     assert not np.array_equal(SGLD(**kw, seed=4).fit(r).V, a.V)
@@ -173,7 +194,7 @@ def test_report_and_personalized_epsilon():
     m = SGLD(epsilon=2.0, tau=10, d=2, epochs=2, weights=w).fit(r)
     rep = m.privacy
     assert rep.unit == "user" and rep.epsilon == pytest.approx(2.0) and rep.delta == 0.0
-    assert "exact-sampling guarantee" in rep.summary() and "audited" in rep.summary()
+    assert "exact-sampling guarantee" in rep.summary() and "audited on a small model" in rep.summary()
     B = user_loglik_bound(10, 1.0, 1, 5)
     assert m.params["B"] == B and m.params["K"] == 2 * B and m.params["gamma"] == pytest.approx(2.0 / (2 * B))
     assert SGLD(epsilon=2.0, tau=10, d=2, epochs=1, constant="paper").fit(r).params["K"] == 4 * B
@@ -198,7 +219,7 @@ def test_local_fit_is_ridge_on_the_users_own_ratings():
 @pytest.mark.parametrize("bad, msg", [
     (dict(epsilon=0), "epsilon=0"), (dict(epsilon=-1.0), "epsilon=-1"), (dict(tau=0), "tau=0"),
     (dict(weights=[0.2, -0.1]), r"weights\[1\]=-0.1"), (dict(weights=1.5), r"weights\[0\]=1.5"),
-    (dict(d=16, table_size=16), "table_size=16"), (dict(step=0), "step=0"), (dict(step=-1e-3), "step=-0.001"),
+    (dict(d=16, table_size=33), "table_size=33"), (dict(step=0), "step=0"), (dict(step=-1e-3), "step=-0.001"),
     (dict(neighbouring="swap"), "neighbouring='swap'"), (dict(noise="pink"), "noise='pink'"),
 ])
 def test_bad_input_named(bad, msg):
