@@ -456,12 +456,14 @@ def local_user_fit(train: Ratings,  # each user's own ratings (all of them: the 
 
 # %% ../nbs/07_sgld.ipynb #e8427c95
 def _audit_note() -> str:
-    "The audited lower bound of §7 from the results file, or that there is none."
+    "The audit of §9–10 (a toy model, not this run) from the results file, or that there is none."
     try:
         from dpmf_lit.results import load_record
         audit = load_record("sgld-audit")["numbers"]["sgld"]
         found = ", ".join(f"ε̂ ≥ {v:.2g} at claimed {k.replace('eps', 'ε')}" for k, v in audit["by_epsilon"].items())
-        return f"SGLD approximation audited on a small model ({found}; {audit['confidence']:.0%} confidence; 07_sgld §9)"
+        return (f"SGLD approximation audited on a small model, not on this run (d = 1, one item, η = {audit['eta']:g}, "
+                f"{audit['epochs']} epochs, {audit['runs']} runs per neighbour: {found}; {audit['confidence']:.0%} confidence; "
+                f"ε̂ = 0 means the audit had no power; 07_sgld §10)")
     except (FileNotFoundError, ValueError, KeyError, TypeError, AttributeError):
         return "SGLD approximation not audited in this results file"
 
@@ -475,7 +477,9 @@ def _sgld_report(self: SGLD, p: dict, w: np.ndarray) -> PrivacyReport:
              f"bound by {self.bound} to tau = {self.tau}; per-user epsilon_i = w_i*epsilon in "
              f"[{eps_w.min():g}, {eps_w.max():g}] (median {np.median(eps_w):g}); eta = {p['eta']:.4g}")
     scope = (f"exact-sampling guarantee for one user's ratings ({self.neighbouring.replace('_', '/')}); "
-             f"{_audit_note()}; V is released with the item biases c, U and b are not (each user fits them locally)")
+             + ("per-user ε_i = w_i·ε for public weights fixed to the user's slot; " if self.weights is not None else "")
+             + f"{_audit_note()}; V is released with the item biases c, U and b are not (each user fits them locally); "
+             "the per-epoch training history and hyperparameters tuned on the data are not covered")
     return PrivacyReport(released=("V",), unit=unit, epsilon=float(eps_w.max()), delta=0.0,
                          method="one posterior sample (Wang et al. 2015) by SGLD", notes=notes, scope=scope)
 

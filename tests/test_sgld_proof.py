@@ -203,8 +203,8 @@ def test_tiny_sgld_gap_small_steps_vs_large_steps(pair):
     assert ks_p(v, P.cdf_v) > ACCEPT and ks_p(c, P.cdf_c) > ACCEPT
     snaps = S.tiny_sgld(D, 0.5, 60, 4000, seed=3, snapshots=[1, 60])       # a snapshot at epoch E is the release after E epochs
     assert np.array_equal(snaps[-1][0], v) and ks_p(snaps[0][1], P.cdf_c) < REJECT   # after 1 epoch c is still near the prior
-    v, c = S.tiny_sgld(D, 4.0, 60, 4000, seed=3)
-    assert ks_p(v, P.cdf_v) < REJECT and S.ks_distance(v, P.cdf_v) > 0.05
+    v, c = S.tiny_sgld(D, 16.0, 60, 4000, seed=3)          # a large step: the exact prior moves stay stable, the gradient part does not
+    assert ks_p(v, P.cdf_v) < REJECT and ks_p(c, P.cdf_c) < REJECT
 
 
 # ---------------------------------------------------------------- the audit
