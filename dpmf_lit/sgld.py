@@ -27,7 +27,7 @@ __all__ = ['LOSSES', 'user_loglik_bound', 'clipped_loglik', 'ops_epsilon', 'ops_
            'log_posterior', 'worst_log_ratio', 'discrete_mf_table', 'trim_ratings', 'reweighting', 'gaussian_table',
            'fresh_normals', 'ou_coefficients', 'sgld_epoch_parallel', 'sgld_epoch', 'sgld_epoch_numpy', 'SGLD',
            'local_user_fit', 'TinyMF', 'TinyPosterior', 'tiny_posterior', 'tiny_sgld', 'ks_distance', 'clopper_pearson',
-           'Audit', 'audit_epsilon']
+           'Audit', 'audit_epsilon', 'speed_ratio']
 
 # %% ../nbs/07_sgld.ipynb #ae204fbe
 def user_loglik_bound(tau: int,        # ratings kept per user (trimming)
@@ -694,3 +694,37 @@ def audit_epsilon(scores,               # statistic of each run of the release o
     eps = float(np.log(lo / hi)) if lo > 0 else 0.0
     est = float(np.log(max(k1, 0.5) / n1) - np.log(max(k2, 0.5) / n2))
     return Audit(max(eps, 0.0), est, float(ts[q]), names[j], (int(k1), int(n1)), (int(k2), int(n2)), confidence)
+
+# %% ../nbs/07_sgld.ipynb #53f0687d
+def speed_ratio(r: Ratings,             # the ratings (one grid is built for both kernels)
+                d: int,                 # rank
+                threads: int = 1,       # threads, and G of the G x G grid
+                pairs: int = 5,         # (SGD epoch, SGLD epoch) pairs timed alternately
+                noise: str = "table",   # SGLD's draws: 'table' (65,536 numbers) or 'fresh'
+                seed: int = 0,          # seed of the grid, the factors and the noise
+                ) -> dict:
+    "Median over interleaved pairs of SGD-time / SGLD-time per epoch (= SGLD/SGD in updates/s), and both rates."
+    from dpmf_lit.kernels import sgd_epoch_parallel
+    d, threads, pairs = check_int("d", d, 1), check_int("threads", threads, 1), check_int("pairs", pairs, 1)
+    old = numba.get_num_threads(); numba.set_num_threads(threads)
+    try:
+        blocks = prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_threads=threads, seed=seed, layout="user")
+        g, mu = np.random.default_rng(seed), float(np.mean(r.rating))
+        U, V = (0.1 * g.standard_normal((r.n_users, d))).astype(np.float32), (0.1 * g.standard_normal((r.n_items, d))).astype(np.float32)
+        b, c, w = np.zeros(r.n_users, np.float32), np.zeros(r.n_items, np.float32), np.ones(r.n_users, np.float32)
+        ou_u = ou_coefficients(np.bincount(r.user, minlength=r.n_users), 1e-3, 1.0, 1.0)
+        ou_v = ou_coefficients(np.bincount(r.item, minlength=r.n_items), 1e-3, 1.0, 1.0)
+        table = gaussian_table(65_536, d, seed) if noise == "table" else np.zeros(0, np.float32)
+        sgd = lambda: sgd_epoch_parallel(*blocks, U, V, b, c, mu, 0.005, 0.02, 0.02, True)
+        sgld = lambda t: sgld_epoch_parallel(*blocks, U, V, b, c, mu, r.rating_min, r.rating_max, 1e-3, 10.0, w, ou_u, ou_v,
+                                             table, seed, t, True)
+        sgd(); sgld(0)                                                   # compile (or load the cache)
+        t_sgd, t_sgld = [], []
+        for t in range(pairs):
+            t0 = time.perf_counter(); sgd(); t1 = time.perf_counter(); sgld(t + 1); t2 = time.perf_counter()
+            t_sgd.append(t1 - t0); t_sgld.append(t2 - t1)
+    finally: numba.set_num_threads(old)
+    ratios = np.array(t_sgd) / np.array(t_sgld)
+    return dict(d=d, threads=threads, noise=noise, pairs=pairs, ratio=float(np.median(ratios)),
+                ratio_min=float(ratios.min()), ratio_max=float(ratios.max()),
+                sgd_updates_per_s=len(r) / float(np.median(t_sgd)), sgld_updates_per_s=len(r) / float(np.median(t_sgld)))
