@@ -371,6 +371,8 @@ def _sgld_resolved(self: SGLD, train: Ratings | None = None) -> dict:
     p["prior_std"] = (2 * self.d) ** -0.25 if self.prior_std is None else self.prior_std
     if train is not None:
         p["mu"] = 0.5 * (train.rating_min + train.rating_max) if self.mu is None else self.mu
+        if not train.rating_min <= p["mu"] <= train.rating_max:
+            raise ValueError(f"mu={show(self.mu)} must lie in the rating range [{train.rating_min:g}, {train.rating_max:g}]")
         p["B"] = user_loglik_bound(self.tau, self.lambda_r, train.rating_min, train.rating_max)
         p["K"] = _ops_constant(p["B"], self.neighbouring, self.constant)
         p["gamma"] = self.epsilon / p["K"]

@@ -224,3 +224,9 @@ def test_local_fit_is_ridge_on_the_users_own_ratings():
 ])
 def test_bad_input_named(bad, msg):
     with pytest.raises(ValueError, match=msg): SGLD(**bad)
+
+
+def test_public_offset_outside_the_rating_range_is_refused_before_work():
+    r = synthetic(50, 20, 500, seed=0)
+    with pytest.raises(ValueError, match="mu=100"):
+        SGLD(mu=100.0, d=2, epochs=1).fit(r)
