@@ -270,13 +270,8 @@ def _bench_sgld(r, d: int, threads: int, epochs: int, repeats: int, noise: str =
     try:
         numba.set_num_threads(threads)
         t0 = time.perf_counter()
-        blocks = dpmf.prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_threads=threads, seed=seed, layout=layout)
-        ou = lambda x, n: sgld.ou_coefficients(np.bincount(x, minlength=n), 1e-3, 1.0, 1.0)
-        ou_u, ou_v, w = ou(r.user, r.n_users), ou(r.item, r.n_items), np.ones(r.n_users, np.float32)
-        table = sgld.gaussian_table(table_size, d, seed) if noise == "table" else np.zeros(0, np.float32)
+        _, epoch = sgld.bench_epoch(r, d, threads, noise, table_size, seed, layout)
         setup_s, mu, lo, hi = time.perf_counter() - t0, float(np.mean(r.rating)), float(np.min(r.rating)), float(np.max(r.rating))
-        epoch = lambda P, Q, bu, bi, t: sgld.sgld_epoch_parallel(*blocks, P, Q, bu, bi, mu, lo, hi, 1e-3, 10.0, w, ou_u, ou_v,
-                                                                 table, seed, t, True)
         fits = []
         for rep in range(repeats + 1):   # the first fit compiles (or loads the cache) and is not counted
             P, Q, bu, bi = _init_factors(r, d, seed + rep)

@@ -20,6 +20,7 @@ from .privacy import NEIGHBOURING
 from .kernels import (_GOLDEN, _JIT, _below, _mix64, PREFETCH_AHEAD, als_sweep, predict_kernel,
                               prefetch_item, prefetch_row, prepare_sgd_blocks, stratum_block, to_csr)
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
+from .mf import rmse
 from .testing import _M64, _below_reference, _mix64_reference
 
 # %% auto #0
@@ -27,7 +28,7 @@ __all__ = ['LOSSES', 'user_loglik_bound', 'clipped_loglik', 'ops_epsilon', 'ops_
            'log_posterior', 'worst_log_ratio', 'discrete_mf_table', 'trim_ratings', 'reweighting', 'gaussian_table',
            'fresh_normals', 'ou_coefficients', 'sgld_epoch_parallel', 'sgld_epoch', 'sgld_epoch_numpy', 'SGLD',
            'local_user_fit', 'TinyMF', 'TinyPosterior', 'tiny_posterior', 'tiny_sgld', 'ks_distance', 'clopper_pearson',
-           'Audit', 'audit_epsilon', 'speed_ratio']
+           'Audit', 'audit_epsilon', 'bench_epoch', 'speed_ratio']
 
 # %% ../nbs/07_sgld.ipynb #ae204fbe
 def user_loglik_bound(tau: int,        # ratings kept per user (trimming)
@@ -437,8 +438,8 @@ SGLD._fit = _sgld_fit
 
 # %% ../nbs/07_sgld.ipynb #9efc508c
 def _rmse(U, V, b, c, mu, r: Ratings) -> float:
-    pred = predict_kernel(r.user, r.item, U, V, b, c, float(mu), True, float(r.rating_min), float(r.rating_max))
-    return float(np.sqrt(np.mean((pred - r.rating) ** 2)))
+    "RMSE on `r` of the current sample's clipped predictions."
+    return rmse(r.rating, predict_kernel(r.user, r.item, U, V, b, c, float(mu), True, float(r.rating_min), float(r.rating_max)))
 
 def _public(p: dict) -> dict:
     return {k: p[k] for k in ("mu", "B", "K", "gamma", "eta", "prior_std", "threads", "blocks")}
@@ -471,7 +472,7 @@ def _audit_note() -> str:
 
 def _sgld_report(self: SGLD, p: dict, w: np.ndarray) -> PrivacyReport:
     "User-level report: exact-sampling guarantee, the constant used, the personalized range, the audit."
-    eps_w = w.astype(np.float64) * self.epsilon
+    eps_w = personalized_user_epsilon(w, self.epsilon)    # w_i * epsilon: the weight belongs to the user's slot (§2)
     unit = "user" if self.neighbouring == "replace" else "user (add/remove)"
     K = {("paper", "replace"): "4B (the paper's, two-sided)", ("paper", "add_remove"): "2B (two-sided)",
          ("derived", "replace"): "2B (derived, one-sided loss)", ("derived", "add_remove"): "B (derived, one-sided loss)"}[self.constant, self.neighbouring]
@@ -698,6 +699,24 @@ def audit_epsilon(scores,               # statistic of each run of the release o
     return Audit(max(eps, 0.0), est, float(ts[q]), names[j], (int(k1), int(n1)), (int(k2), int(n2)), confidence)
 
 # %% ../nbs/07_sgld.ipynb #53f0687d
+def bench_epoch(r: Ratings,               # the ratings
+                d: int,                   # rank
+                threads: int = 1,         # G of the G x G grid (run it with this many numba threads)
+                noise: str = "table",     # 'table' or 'fresh' draws
+                table_size: int = 65_536, # numbers in the Gaussian table
+                seed: int = 0,            # seed of the grid, the table and the noise
+                layout: str = "user",     # order inside a block
+                ):
+    "The benchmarks' SGLD epoch on `r`'s block grid: (blocks, epoch(U, V, b, c, t)) with η = 1e-3, γλ_r = 10, unit weights and priors."
+    blocks = prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_threads=threads, seed=seed, layout=layout)
+    ou_u = ou_coefficients(np.bincount(r.user, minlength=r.n_users), 1e-3, 1.0, 1.0)
+    ou_v = ou_coefficients(np.bincount(r.item, minlength=r.n_items), 1e-3, 1.0, 1.0)
+    w, mu = np.ones(r.n_users, np.float32), float(np.mean(r.rating))
+    table = gaussian_table(table_size, d, seed) if noise == "table" else np.zeros(0, np.float32)
+    epoch = lambda U, V, b, c, t: sgld_epoch_parallel(*blocks, U, V, b, c, mu, r.rating_min, r.rating_max, 1e-3, 10.0, w,
+                                                     ou_u, ou_v, table, seed, t, True)
+    return blocks, epoch
+
 def speed_ratio(r: Ratings,             # the ratings (one grid is built for both kernels)
                 d: int,                 # rank
                 threads: int = 1,       # threads, and G of the G x G grid
@@ -710,20 +729,15 @@ def speed_ratio(r: Ratings,             # the ratings (one grid is built for bot
     d, threads, pairs = check_int("d", d, 1), check_int("threads", threads, 1), check_int("pairs", pairs, 1)
     old = numba.get_num_threads(); numba.set_num_threads(threads)
     try:
-        blocks = prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_threads=threads, seed=seed, layout="user")
+        blocks, sgld = bench_epoch(r, d, threads, noise, seed=seed)
         g, mu = np.random.default_rng(seed), float(np.mean(r.rating))
         U, V = (0.1 * g.standard_normal((r.n_users, d))).astype(np.float32), (0.1 * g.standard_normal((r.n_items, d))).astype(np.float32)
-        b, c, w = np.zeros(r.n_users, np.float32), np.zeros(r.n_items, np.float32), np.ones(r.n_users, np.float32)
-        ou_u = ou_coefficients(np.bincount(r.user, minlength=r.n_users), 1e-3, 1.0, 1.0)
-        ou_v = ou_coefficients(np.bincount(r.item, minlength=r.n_items), 1e-3, 1.0, 1.0)
-        table = gaussian_table(65_536, d, seed) if noise == "table" else np.zeros(0, np.float32)
+        b, c = np.zeros(r.n_users, np.float32), np.zeros(r.n_items, np.float32)
         sgd = lambda: sgd_epoch_parallel(*blocks, U, V, b, c, mu, 0.005, 0.02, 0.02, True)
-        sgld = lambda t: sgld_epoch_parallel(*blocks, U, V, b, c, mu, r.rating_min, r.rating_max, 1e-3, 10.0, w, ou_u, ou_v,
-                                             table, seed, t, True)
-        sgd(); sgld(0)                                                   # compile (or load the cache)
+        sgd(); sgld(U, V, b, c, 0)                                       # compile (or load the cache)
         t_sgd, t_sgld = [], []
         for t in range(pairs):
-            t0 = time.perf_counter(); sgd(); t1 = time.perf_counter(); sgld(t + 1); t2 = time.perf_counter()
+            t0 = time.perf_counter(); sgd(); t1 = time.perf_counter(); sgld(U, V, b, c, t + 1); t2 = time.perf_counter()
             t_sgd.append(t1 - t0); t_sgld.append(t2 - t1)
     finally: numba.set_num_threads(old)
     ratios = np.array(t_sgd) / np.array(t_sgld)

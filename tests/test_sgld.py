@@ -8,7 +8,7 @@ from scipy import stats
 
 from dpmf_lit.data import synthetic
 from dpmf_lit.kernels import prepare_sgd_blocks
-from dpmf_lit.sgld import (SGLD, gaussian_table, fresh_normals, local_user_fit, ou_coefficients, reweighting, sgld_epoch,
+from dpmf_lit.sgld import (SGLD, clipped_loglik, gaussian_table, fresh_normals, local_user_fit, ou_coefficients, reweighting, sgld_epoch,
                            sgld_epoch_numpy, sgld_epoch_parallel, trim_ratings, user_loglik_bound)
 from dpmf_lit.testing import ACCEPT, REJECT, ks_p
 
@@ -171,8 +171,8 @@ def test_clipped_loglik_never_exceeds_B():
     for scale in (0.1, 1.0, 10.0):
         U, V = scale * g.standard_normal((150, 4)), scale * g.standard_normal((40, 4))
         b, c = scale * g.standard_normal(150), scale * g.standard_normal(40)
-        pred = np.clip(3 + b[t.user] + c[t.item] + np.einsum("ij,ij->i", U[t.user], V[t.item]), r.rating_min, r.rating_max)
-        loss = np.bincount(t.user, weights=0.5 * lam_r * (t.rating - pred) ** 2, minlength=150)
+        pred = 3 + b[t.user] + c[t.item] + np.einsum("ij,ij->i", U[t.user], V[t.item])    # unclipped: the likelihood clips
+        loss = -np.bincount(t.user, weights=clipped_loglik(t.rating, pred, lam_r, r.rating_min, r.rating_max), minlength=150)
         assert loss.max() <= B + 1e-9
     assert B == pytest.approx(0.5 * tau * lam_r * 16)
 
