@@ -7,10 +7,11 @@ CONSTRAINTS := .ci/constraints.txt
 PROFILE ?= quick
 JOBS    ?= 1
 
-.PHONY: install reproduce test test-fast docs preview readme export clean-nbs bench lock help
+.PHONY: install reproduce test test-fast check-reproduction docs preview readme export clean-nbs bench lock help
 help:
 	@echo "make reproduce   create .venv, install, fetch MovieLens 100K, regenerate every figure (PROFILE=$(PROFILE))"
 	@echo "make test        create .venv if needed, install, run every test"
+	@echo "make check-reproduction  before a release: a fresh clone reproduces every quick number, then passes make test"
 	@echo "make docs        process and check the notebooks, render the site with Quarto where it is installed"
 	@echo "make preview     the site as offline HTML in site-preview/, math typeset by a local MathJax (no Quarto needed)"
 	@echo "make readme      regenerate README.md from nbs/index.ipynb (a test fails when they differ)"
@@ -39,6 +40,10 @@ test: install
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not slow"
+
+# A fresh clone of HEAD (default under ~/.cache/dpmf-lit/): make reproduce, --status, --compare HEAD, make test.
+check-reproduction:
+	bash .ci/check-reproduction $(CHECK_DIR)
 
 bench: install
 	$(BIN)/dpmf bench

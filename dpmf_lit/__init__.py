@@ -7,6 +7,7 @@ Modules:
 - `dpmf_lit.cli`: `dpmf`: fetch and list data, fit a mechanism, benchmark the kernels, reproduce every figure.
 - `dpmf_lit.data`: The ratings data model, loaders of the published formats, data sets by name (fetched and verified), subsets, splits and a synthetic generator, in one namespace.
 - `dpmf_lit.datasets`: Data sets by name: where `settings.ini` says each one lives, fetching MovieLens 100K (GroupLens or the RecBole wheel on PyPI), verifying count and checksum, and loading.
+- `dpmf_lit.experiment`: What an experiment notebook calls — `load_ratings`, `experiment_dir`, `save_figure`, `record` — and the small parsers of parameters and data-set names it shares with the command line.
 - `dpmf_lit.formats`: Loaders for the published rating files (MovieLens, Netflix Prize, Yahoo! Music, Anime): one strict grammar per format, parsed in one numba pass, and every refusal names the file and the line.
 - `dpmf_lit.gauss`: Alternating gradient descent with Gaussian noise on the user-profile gradient and Rényi-DP accounting, reproduced, checked and tightened.
 - `dpmf_lit.hua`: Plain MF for U, then a perturbed least-squares problem for V with U fixed: the closed form, the paper's gradient descent, the privacy proof worked twice, and where it holds.
@@ -16,6 +17,7 @@ Modules:
 - `dpmf_lit.mf`: The PMF objective, the metrics that score a fit, and the non-private PMF baseline, minimised by the kernels of `dpmf_lit.kernels` through the mechanism interface of `dpmf_lit.mechanism`.
 - `dpmf_lit.pdp`: Probabilistic matrix factorization with objective perturbation (DP-PMF) and with personalized differential privacy by sampling (PDP-PMF): the mechanisms, the proofs checked, and where they hold.
 - `dpmf_lit.privacy`: Noise samplers, the Laplace, Gaussian and analytic-Gaussian mechanisms, L2-Laplace noise, Rényi-DP and PLD accounting, and a small accountant that writes the privacy report.
+- `dpmf_lit.provenance`: Which code made each figure: the manifest of experiments, the records of their runs, the stamps that say whether a committed figure is still the one the code makes, and the refusal to publish a record made from uncommitted code.
 - `dpmf_lit.ratings`: The one data model: aligned (user, item, rating) arrays with the matrix size, the rating range and the original ids; its checks and a canonical checksum.
 - `dpmf_lit.reproduce`: One command regenerates every figure: a manifest of parameterized experiment notebooks, executed with papermill, atomically, skipping what is up to date, locally or on Dask.
 - `dpmf_lit.results`: Numbers quoted in the notebooks' prose are read from `figures/results.json` and asserted, so the prose cannot drift from the results the batch produced.

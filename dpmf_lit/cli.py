@@ -10,8 +10,10 @@ import argparse, inspect, json, sys, traceback
 from pathlib import Path
 from .checks import UserError, check_fraction
 from .settings import PROFILES, load_settings
-from .reproduce import (load_ratings, parse_assignments, parse_dataset_spec, reproduce, to_jsonable,
-                                known_datasets)
+from .experiment import known_datasets, load_ratings, parse_assignments, parse_dataset_spec, to_jsonable
+from .provenance import (committed_results, compare_records, format_comparison, format_status, load_manifest,
+                                 load_results, select, status)
+from .reproduce import reproduce
 
 # %% auto #0
 __all__ = ['PATHS_HELP', 'USER_ERRORS', 'cmd_data_list', 'cmd_data_fetch', 'mechanism_help', 'fit_report', 'cmd_fit', 'cmd_bench',
@@ -167,9 +169,29 @@ def cmd_bench(args) -> int:
     return 0
 
 # %% ../nbs/93_cli.ipynb #a00ab45e
+def _reproduce_status(args, settings) -> int:
+    "`--status`: every entry current / stale / missing; exit 1 when one is not current."
+    profile = args.profile or settings.profile
+    rows = status(profile, settings, only=args.only)
+    print(json.dumps(to_jsonable(rows), indent=1) if args.json else format_status(rows, profile))
+    return int(any(r["state"] != "current" for r in rows))
+
+def _reproduce_compare(args, settings) -> int:
+    "`--compare REV|FILE`: the results file number by number against REV's committed one (or a file); exit 1 on a difference."
+    ref = Path(args.compare)
+    before = load_results(ref) if ref.is_file() else committed_results(settings.results_file, args.compare)
+    if before is None: raise ValueError(f"--compare {args.compare!r} is neither a results file nor a git revision that holds {settings.results_file}")
+    entries = select(load_manifest(settings=settings), args.only)
+    rows = compare_records(before, load_results(settings.results_file), [e for e in entries if e.id in before])
+    print(json.dumps(to_jsonable(rows), indent=1) if args.json else format_comparison(rows))
+    return int(any(r["kind"] in ("differs", "absent") for r in rows))
+
 def cmd_reproduce(args) -> int:
-    summary = reproduce(profile=args.profile, only=args.only, force=args.force, jobs=args.jobs,
-                        dask_address=args.dask, settings=_settings(args), progress=not args.no_progress)
+    settings = _settings(args)
+    if args.status: return _reproduce_status(args, settings)
+    if args.compare: return _reproduce_compare(args, settings)
+    summary = reproduce(profile=args.profile, only=args.only, force=args.force, jobs=args.jobs, dask_address=args.dask,
+                        settings=settings, progress=not args.no_progress, allow_dirty=args.allow_dirty)
     print(summary)
     if summary.failed:
         n = len(summary.failed)
@@ -236,8 +258,9 @@ def _bench_and_reproduce_parsers(sub, common, fmt):
                                      "their figures (figures/<paper>/*.png|svg) and numbers (figures/results.json). "
                                      "Up-to-date entries are skipped; a failed entry leaves no output, the others go on, "
                                      "and the exit status is 1.",
-                         epilog="examples:\n  dpmf reproduce\n  dpmf reproduce --profile smoke --force\n"
-                                "  dpmf reproduce --only 'baseline-*' --jobs 2\n  dpmf reproduce --dask tcp://scheduler:8786")
+                         epilog="examples:\n  dpmf reproduce\n  dpmf reproduce --status\n  dpmf reproduce --profile smoke --force\n"
+                                "  dpmf reproduce --only 'baseline-*' --jobs 2\n  dpmf reproduce --compare HEAD\n"
+                                "  dpmf reproduce --dask tcp://scheduler:8786")
     rep.add_argument("--profile", choices=PROFILES, default=None,
                      help="smoke (synthetic, seconds), quick (MovieLens 100K) or paper (the papers' data); default: settings.ini")
     rep.add_argument("--only", metavar="PATTERN", default=None, help="run only entries whose id matches (fnmatch; comma-separated list)")
@@ -246,6 +269,15 @@ def _bench_and_reproduce_parsers(sub, common, fmt):
     rep.add_argument("--dask", metavar="ADDRESS", default=None,
                      help="run the entries on the Dask scheduler at ADDRESS (e.g. tcp://host:8786), or 'local' for a local cluster of --jobs workers")
     rep.add_argument("--no-progress", action="store_true", help="no progress bar")
+    rep.add_argument("--allow-dirty", action="store_true",
+                     help="run although the sources differ from the last commit; the records are marked unpublishable")
+    what = rep.add_mutually_exclusive_group()
+    what.add_argument("--status", action="store_true",
+                      help="run nothing; list each entry as current, stale (why) or missing; exit 1 unless all are current")
+    what.add_argument("--compare", metavar="REV|FILE", default=None,
+                      help="run nothing; compare the results file number by number with the one committed at REV (e.g. HEAD) "
+                           "or with FILE, timings and declared tolerances excepted; exit 1 on a difference")
+    rep.add_argument("--json", action="store_true", help="with --status or --compare: print JSON rows")
     rep.set_defaults(func=cmd_reproduce)
 
 # %% ../nbs/93_cli.ipynb #da2f21b1

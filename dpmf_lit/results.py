@@ -25,7 +25,7 @@ def results_path(path=None) -> Path:
 
 def load_record(entry: str, path=None) -> dict:
     "The record of manifest entry `entry` in the results file (a ValueError listing the ids if it is absent)."
-    from dpmf_lit.reproduce import load_results
+    from dpmf_lit.provenance import load_results
     p = results_path(path)
     if not p.is_file(): raise FileNotFoundError(f"results file {str(p)!r} does not exist: run `dpmf reproduce` first")
     key = (str(p.resolve()), p.stat().st_mtime_ns)
@@ -79,18 +79,33 @@ def _decimals(x: float) -> int:
     if "e" in s: return max(0, -int(s.split("e")[1]) + len(s.split("e")[0].split(".")[-1].rstrip("0")))
     return len(s.split(".")[1].rstrip("0"))
 
-def quote(entry: str, key: str, expected: float, tol: float | None = None, scale: float = 1.0, path=None) -> str:
-    "The recorded `key` of `entry` (times `scale`) formatted as `expected` is written; AssertionError if they differ."
-    rec = load_record(entry, path)
+def _recorded(rec: dict, entry: str, key: str) -> float:
     value = lookup(rec.get("numbers", {}), key)
     if not isinstance(value, numbers.Number) or isinstance(value, bool):
         raise TypeError(f"{entry}: {key} is {show(value)}, not a number")
-    value, n = float(value) * scale, _decimals(expected)
+    return float(value)
+
+def _committed_value(entry: str, key: str, path) -> float | None:
+    "The value of `key` in the record of `entry` as committed at HEAD (None outside git, or where it has none)."
+    from dpmf_lit.provenance import committed_results
+    rec = (committed_results(results_path(path)) or {}).get(entry)
+    try: return None if rec is None else _recorded(rec, entry, key)
+    except (KeyError, TypeError): return None
+
+def quote(entry: str, key: str, expected: float, tol: float | None = None, scale: float = 1.0, path=None) -> str:
+    "The recorded `key` of `entry` (times `scale`) formatted as `expected` is written; AssertionError if they differ."
+    from dpmf_lit.provenance import TIMING, declared_tolerances, tolerance_for
+    value, n = _recorded(load_record(entry, path), entry, key) * scale, _decimals(expected)
+    declared = tolerance_for(declared_tolerances(entry), key)
     tol = 0.5 * 10.0 ** -n if tol is None else tol
-    if not abs(value - float(expected)) <= tol * (1 + 1e-9):
+    if declared not in (None, TIMING): tol = max(tol, declared * abs(scale))
+    candidates = [value]
+    if declared == TIMING and (committed := _committed_value(entry, key, path)) is not None: candidates.append(committed * scale)
+    ok = [v for v in candidates if abs(v - float(expected)) <= tol * (1 + 1e-9)]
+    if not ok:
         raise AssertionError(f"{entry}: {key} is {value:.{n + 3}g} in {str(results_path(path))!r}, but the prose quotes "
                              f"{expected} (tolerance {tol:g}): update the prose or rerun the experiment")
-    return f"{value:.{n}f}"
+    return f"{ok[0]:.{n}f}"
 
 def quotes(entry: str, quoted: dict, path=None, **kw) -> pd.DataFrame:
     "Check every `{key: value}` quoted from `entry` (as `quote`); a table of quoted and recorded values."

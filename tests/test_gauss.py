@@ -241,7 +241,8 @@ def test_paper_profile_entries_run_on_fixtures(tmp_path, monkeypatch):
     "The manifest's paper entries for Figs. 1-3 on ML-1M, Netflix and AnimeReco, run by `reproduce` on fixture files."
     import json, shutil
     from dpmf_lit.data import ratings_sha256
-    from dpmf_lit.reproduce import load_results, reproduce
+    from dpmf_lit.provenance import load_results
+    from dpmf_lit.reproduce import reproduce
     from dpmf_lit.settings import load_settings
     repo = Path(__file__).resolve().parents[1] / "nbs" / "experiments"
     rng, data = np.random.default_rng(3), tmp_path / "data"

@@ -12,8 +12,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from dpmf_lit.reproduce import (FORMATS, ManifestError, load_manifest, load_results, record, reproduce,
-                                run_entry, save_figure)
+from dpmf_lit.experiment import FORMATS, record, save_figure
+from dpmf_lit.provenance import ManifestError, load_manifest, load_results
+from dpmf_lit.reproduce import reproduce, run_entry
 from dpmf_lit.settings import load_settings
 
 
@@ -35,7 +36,7 @@ PARAMS = 'dataset = "synthetic"\nout_dir = None\ndata_dir = None\nthreads = None
 GOOD = '''
 import matplotlib; matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from dpmf_lit.reproduce import experiment_dir, record, save_figure
+from dpmf_lit.experiment import experiment_dir, record, save_figure
 out = experiment_dir(out_dir)
 for name in NAMES:
     fig, ax = plt.subplots(); ax.plot([0, 1], [0, value]); ax.set_title(name)
@@ -224,14 +225,17 @@ def test_changed_parameters_make_an_entry_stale(three):
     doc = json.loads(s.manifest.read_text()); doc["entries"][1]["profiles"]["smoke"]["parameters"]["value"] = 4.0
     s.manifest.write_text(json.dumps(doc))
     rerun = reproduce(profile="smoke", settings=s, only="beta", progress=False).outcomes[0]
-    assert rerun.status == "ok" and rerun.note == "changed: parameters"
+    assert rerun.status == "ok" and rerun.note == "stale: changed parameters"
     assert load_results(s.results_file)["beta"]["numbers"]["value"] == 4.0
     (s.figures_dir / "testpaper" / "b.svg").unlink()     # a missing figure also makes it stale
     rerun = reproduce(profile="smoke", settings=s, only="beta", progress=False).outcomes[0]
-    assert rerun.status == "ok" and rerun.note == "missing b.svg"
+    assert rerun.status == "ok" and rerun.note == "missing: testpaper/b.svg"
+    (s.figures_dir / "testpaper" / "b.png").write_bytes(b"edited")  # a figure the recorded run did not write
+    rerun = reproduce(profile="smoke", settings=s, only="beta", progress=False).outcomes[0]
+    assert rerun.status == "ok" and rerun.note == "stale: figure files not made by the recorded run: testpaper/b.png"
     (s.build_dir / "smoke" / "beta.stamp").unlink()      # so does a build folder without its stamp (a fresh clone)
     rerun = reproduce(profile="smoke", settings=s, only="beta", progress=False).outcomes[0]
-    assert rerun.status == "ok" and "no stamp" in rerun.note
+    assert rerun.status == "ok" and rerun.note == "stale: not yet run in this build folder"
 
 
 def test_process_pool(three):
@@ -319,26 +323,27 @@ def test_missing_manual_dataset_fails_fast(tmp_path):
 
 
 def test_stamp_follows_the_modules_a_run_imported(three):
-    from dpmf_lit.reproduce import is_up_to_date, source_hashes
+    from dpmf_lit.provenance import is_up_to_date, source_hashes
     s = three
     assert reproduce(profile="smoke", settings=s, only="alpha", progress=False).outcomes[0].status == "ok"
     records = load_results(s.results_file)
     entry = [e for e in load_manifest(settings=s) if e.id == "alpha"][0]
     used = records["alpha"]["modules"]
-    assert "dpmf_lit.reproduce" in used and "dpmf_lit.bench" not in used
+    assert "dpmf_lit.experiment" in used and "dpmf_lit.bench" not in used
+    assert "dpmf_lit.reproduce" not in used   # the runner can change without staling a figure
     hashes = source_hashes()
     assert is_up_to_date(entry, "smoke", s, records, hashes)
     assert is_up_to_date(entry, "smoke", s, records, {**hashes, "dpmf_lit.bench": "changed"})      # not imported
-    assert not is_up_to_date(entry, "smoke", s, records, {**hashes, "dpmf_lit.reproduce": "changed"})  # imported
-    from dpmf_lit.reproduce import stale_reason
-    assert stale_reason(entry, "smoke", s, records, {**hashes, "dpmf_lit.reproduce": "x"}) == "changed: dpmf_lit.reproduce"
+    assert not is_up_to_date(entry, "smoke", s, records, {**hashes, "dpmf_lit.experiment": "changed"})  # imported
+    from dpmf_lit.provenance import stale_reason
+    assert stale_reason(entry, "smoke", s, records, {**hashes, "dpmf_lit.experiment": "x"}) == "stale: changed dpmf_lit.experiment"
 
 
 # --- figures are checked, progress, timeouts, interrupts, Dask addresses, scratch folders ---------------
 
 # writes files with the promised names that are not images (a 9-byte text as .png, an empty .svg)
 FAKE = '''
-from dpmf_lit.reproduce import experiment_dir, record
+from dpmf_lit.experiment import experiment_dir, record
 out = experiment_dir(out_dir)
 for name in NAMES:
     (out / f"{name}.png").write_text("not a png")
@@ -443,13 +448,13 @@ def test_unreachable_dask_scheduler_fails_fast(three):
 
 def test_scratch_folders_are_removed_when_the_process_ends(tmp_path):
     import subprocess, tempfile
-    from dpmf_lit.reproduce import experiment_dir
-    code = "from dpmf_lit.reproduce import experiment_dir; print(experiment_dir())"
+    from dpmf_lit.experiment import experiment_dir
+    code = "from dpmf_lit.experiment import experiment_dir; print(experiment_dir())"
     made = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert made and "dpmf-experiment-" in made and not Path(made).exists()
     # in a process-pool worker too, as nbdev-test runs notebooks (multiprocessing's exit hook; atexit does not run there)
     code = ("import multiprocessing as mp\nfrom concurrent.futures import ProcessPoolExecutor\n"
-            "from dpmf_lit.reproduce import experiment_dir\ndef f(_): return str(experiment_dir())\n"
+            "from dpmf_lit.experiment import experiment_dir\ndef f(_): return str(experiment_dir())\n"
             "if __name__ == '__main__':\n    with ProcessPoolExecutor(1, mp_context=mp.get_context('fork')) as p: print(list(p.map(f, [0]))[0])\n")
     (tmp_path / "pool.py").write_text(code)
     made = subprocess.run([sys.executable, str(tmp_path / "pool.py")], capture_output=True, text=True, check=True).stdout.strip()
