@@ -18,8 +18,7 @@ __all__ = ['INJECTED', 'TIMING', 'ManifestError', 'Entry', 'notebook_parameters'
            'tolerance_for', 'declared_tolerances', 'code_hash', 'notebook_fingerprint', 'package_dir', 'source_hashes',
            'versions', 'entry_inputs', 'entry_stamp', 'load_results', 'update_results', 'uncommitted', 'git_revision',
            'is_tracked', 'entry_sources', 'publication', 'output_checksums', 'stale_reason', 'regenerated_here',
-           'is_up_to_date', 'status', 'format_status', 'compare_records', 'committed_results', 'format_comparison',
-           'comparison_table']
+           'is_up_to_date', 'status', 'format_status', 'compare_records', 'committed_results', 'format_comparison']
 
 # %% ../nbs/92_provenance.ipynb #dad433f6
 INJECTED = ("dataset", "out_dir", "data_dir", "threads")  # parameters every experiment notebook declares
@@ -443,15 +442,3 @@ def format_comparison(rows: list[dict], limit: int = 12) -> str:
         for r in shown[:limit]: lines.append(f"  {k:8} {r['id']}: {r['key'] or '(record)'}  {r['before']} -> {r['after']}")
         if len(shown) > limit: lines.append(f"  {k:8} ... and {len(shown) - limit} more")
     return "\n".join(lines)
-
-# %% ../nbs/92_provenance.ipynb #1002a23f
-def comparison_table(rows: list[dict]):
-    "Per entry: how many numbers were compared, how many are bit-identical, within tolerance, timings, differ; the largest |Δ|."
-    import pandas as pd
-    out = {}
-    for r in rows:
-        s = out.setdefault(r["id"], dict(numbers=0, equal=0, within=0, timing=0, differs=0, absent=0, max_abs_diff=0.0))
-        s["numbers"] += 1; s[r["kind"]] += 1
-        if r["kind"] in ("differs", "within") and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (r["before"], r["after"])):
-            s["max_abs_diff"] = max(s["max_abs_diff"], abs(r["after"] - r["before"]))
-    return pd.DataFrame.from_dict(out, orient="index")

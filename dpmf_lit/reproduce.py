@@ -23,7 +23,7 @@ from .settings import PROFILES, Settings, load_settings
 
 # %% auto #0
 __all__ = ['KERNEL', 'SMOKE_CELL_TIMEOUT', 'MODULES_FILE', 'image_problem', 'run_entry', 'Outcome', 'Summary', 'cell_timeout',
-           'missing_data', 'connect_scheduler', 'reproduce']
+           'missing_data', 'connect_scheduler', 'reproduce', 'comparison_table']
 
 # %% ../nbs/92_reproduce.ipynb #c1f1fe73
 KERNEL = "python3"               # papermill kernel (`python -m ipykernel install --sys-prefix --name python3`)
@@ -429,3 +429,15 @@ def reproduce(profile: str | None = None, only=None, force: bool = False, jobs: 
     order = {e.id: i for i, e in enumerate(entries)}
     summary.outcomes.sort(key=lambda o: order[o.id])
     return summary
+
+# %% ../nbs/92_reproduce.ipynb #01f04178
+def comparison_table(rows: list[dict]):
+    "Per entry: how many numbers were compared, how many are bit-identical, within tolerance, timings, differ; the largest |Δ|."
+    import pandas as pd
+    out = {}
+    for r in rows:
+        s = out.setdefault(r["id"], dict(numbers=0, equal=0, within=0, timing=0, differs=0, absent=0, max_abs_diff=0.0))
+        s["numbers"] += 1; s[r["kind"]] += 1
+        if r["kind"] in ("differs", "within") and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (r["before"], r["after"])):
+            s["max_abs_diff"] = max(s["max_abs_diff"], abs(r["after"] - r["before"]))
+    return pd.DataFrame.from_dict(out, orient="index")
