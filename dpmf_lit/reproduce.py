@@ -22,8 +22,8 @@ from .provenance import (Entry, entry_inputs, entry_sources, git_revision, load_
 from .settings import PROFILES, Settings, load_settings
 
 # %% auto #0
-__all__ = ['KERNEL', 'SMOKE_CELL_TIMEOUT', 'MODULES_FILE', 'image_problem', 'run_entry', 'Outcome', 'Summary', 'cell_timeout',
-           'missing_data', 'connect_scheduler', 'reproduce', 'comparison_table']
+__all__ = ['KERNEL', 'SMOKE_CELL_TIMEOUT', 'MODULES_FILE', 'BLAS_THREADS', 'image_problem', 'run_entry', 'Outcome', 'Summary',
+           'cell_timeout', 'missing_data', 'connect_scheduler', 'reproduce', 'comparison_table']
 
 # %% ../nbs/92_reproduce.ipynb #c1f1fe73
 KERNEL = "python3"               # papermill kernel (`python -m ipykernel install --sys-prefix --name python3`)
@@ -250,10 +250,15 @@ def _interrupt_worker(signum, frame):
     _STOPPING = True
     raise KeyboardInterrupt
 
-def _worker_init():
-    "A pool worker leaves Ctrl-C to the parent, which stops it with SIGTERM (raised here as KeyboardInterrupt)."
+BLAS_THREADS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+def _worker_init(blas_threads: int | None = None):
+    """A pool worker leaves Ctrl-C to the parent, which stops it with SIGTERM (raised here as KeyboardInterrupt),
+    and gives the kernels it starts `blas_threads` BLAS threads each (unless the user set them)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _interrupt_worker)
+    for k in BLAS_THREADS:
+        if blas_threads and k not in os.environ: os.environ[k] = str(blas_threads)
 
 def _stop_pool(pool, grace: float = 20.0):
     "Cancel what has not started, ask each worker to stop, and kill the ones still running after `grace` seconds."
@@ -281,7 +286,9 @@ def _execute(tasks: list, jobs: int, dask=None):
                 try: yield futures[fut], fut.result()
                 except Exception as e: yield futures[fut], _crashed(futures[fut], e)
     elif jobs > 1 and len(tasks) > 1:
-        pool = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=mp.get_context("spawn"), initializer=_worker_init)
+        workers = min(jobs, len(tasks))
+        share = max(1, (os.cpu_count() or 1) // workers)   # BLAS threads per kernel: the cores, shared (no oversubscription)
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_worker_init, initargs=(share,))
         try:
             futures = {pool.submit(run_entry, t): t for t in tasks}
             for fut in as_completed(futures):
