@@ -330,7 +330,7 @@ def publication(entries, settings: Settings, allow_dirty: bool = False) -> bool 
     if allow_dirty: return False
     shown = ", ".join(dirty[:8]) + (f" and {len(dirty) - 8} more" if len(dirty) > 8 else "")
     raise UserError(f"{results} is committed, and its records must come from committed code, but {shown} "
-                    "differ from HEAD: commit them and rerun, or pass --allow-dirty (allow_dirty=True) to run anyway "
+                    f"{'differs' if len(dirty) == 1 else 'differ'} from HEAD: commit and rerun, or pass --allow-dirty (allow_dirty=True) to run anyway "
                     "(the records are then marked unpublishable, and the tests fail until they are rerun)")
 
 # %% ../nbs/92_provenance.ipynb #ad437977

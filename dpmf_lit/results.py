@@ -6,7 +6,7 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/results.html.md"""
 
 # %% ../nbs/95_results.ipynb #f083a96d
 from __future__ import annotations
-import math, numbers
+import json, math, numbers
 from pathlib import Path
 import pandas as pd
 from .checks import show
@@ -25,11 +25,13 @@ def results_path(path=None) -> Path:
 
 def load_record(entry: str, path=None) -> dict:
     "The record of manifest entry `entry` in the results file (a ValueError listing the ids if it is absent)."
-    from dpmf_lit.provenance import load_results
     p = results_path(path)
     if not p.is_file(): raise FileNotFoundError(f"results file {str(p)!r} does not exist: run `dpmf reproduce` first")
     key = (str(p.resolve()), p.stat().st_mtime_ns)
-    if key not in _CACHE: _CACHE.clear(); _CACHE[key] = load_results(p)
+    if key not in _CACHE:   # read here, not with provenance.load_results: a mechanism's report reads records, and its figures
+        try: doc = json.loads(p.read_text(encoding="utf-8"))   # must not depend on the batch's bookkeeping code
+        except json.JSONDecodeError as e: raise ValueError(f"results file {str(p)!r} is not valid JSON ({e})") from None
+        _CACHE.clear(); _CACHE[key] = {r["id"]: r for r in doc if isinstance(r, dict) and "id" in r}
     records = _CACHE[key]
     if entry not in records: raise ValueError(f"entry={show(entry)} has no record in {str(p)!r}; recorded: {sorted(records)}")
     return records[entry]
