@@ -7,21 +7,20 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/bench.html.md"""
 
 # %% ../nbs/91_bench.ipynb #501bbc0a
 from __future__ import annotations
-import contextlib, io, math, os, platform, statistics, time, warnings
-from pathlib import Path
+import contextlib, math, os, statistics, time, warnings
 import numpy as np
 import numba
-from numba import njit, prange
 from tqdm.auto import tqdm
 from . import data as dpdata
 from . import mf as dpmf
 from . import checks
+from .machine import _cpu_times, _timed, compute_scaling, machine_load, random_row_rate, stream_bandwidth
+from .reference_engines import _libmf, _reference_row, _sample_rmse, bench_subsample
 
 # %% auto #0
 __all__ = ['ENGINES', 'DPMF_ENGINES', 'SGLD_ENGINES', 'DATASETS', 'NETFLIX_SHAPE', 'QUICK_SHAPE', 'EPOCHS_REPEATS', 'TARGETS',
-           'bench_dataset', 'cache_sizes', 'machine_info', 'perf_counters_status', 'machine_load', 'stream_bandwidth',
-           'random_row_rate', 'compute_scaling', 'bench_subsample', 'run_bench', 'bench_ratios', 'format_table',
-           'layout_study', 'block_times', 'strata_speedup', 'free_block_speedup']
+           'bench_dataset', 'run_bench', 'bench_ratios', 'format_table', 'layout_study', 'block_times',
+           'strata_speedup', 'free_block_speedup']
 
 # %% ../nbs/91_bench.ipynb #84d1a99f
 ENGINES = ("dpmf-sgd", "dpmf-sgd-parallel", "surprise-svd", "libmf", "dpmf-sgld-table", "dpmf-sgld-fresh")
@@ -46,135 +45,7 @@ def bench_dataset(name: str, seed: int = 0) -> "dpdata.Ratings":
         return dpdata.synthetic(**QUICK_SHAPE, seed=seed, name="quick")
     return dpdata.load_dataset(name)
 
-# %% ../nbs/91_bench.ipynb #fcba20f3
-def cache_sizes() -> dict:
-    "Cache sizes of cpu0 in bytes, e.g. {'L1d': 32768, 'L2': 1048576, 'L3': 33554432} (empty if unknown)."
-    out = {}
-    for idx in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
-        try:
-            level, kind, size = ((idx / f).read_text().strip() for f in ("level", "type", "size"))
-        except OSError: continue
-        if kind == "Instruction": continue
-        mult = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(size[-1], 1)
-        out[f"L{level}" + ("d" if kind == "Data" else "")] = int(size.rstrip("KMG")) * mult
-    return out
-
-# %% ../nbs/91_bench.ipynb #6c1d3ccc
-def machine_info() -> dict:
-    "CPU model, cores numba sees, caches and library versions, for the record of a run."
-    model = platform.processor()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"): model = line.split(":", 1)[1].strip(); break
-    versions = {"numpy": np.__version__, "numba": numba.__version__}
-    for mod in ("surprise", "libmf"):
-        with contextlib.suppress(Exception):
-            from importlib.metadata import version
-            versions[mod] = version({"surprise": "scikit-surprise"}.get(mod, mod))
-    return {"cpu": model, "cores": os.cpu_count(), "numba_threads": numba.config.NUMBA_NUM_THREADS,
-            "caches": cache_sizes(), "perf_counters": perf_counters_status(), "versions": versions}
-
-def perf_counters_status() -> str:
-    "What `perf stat -e instructions,cache-misses true` says: 'supported', 'not supported' or why it cannot run."
-    import shutil, subprocess
-    if not shutil.which("perf"): return "perf not installed"
-    try: out = subprocess.run(["perf", "stat", "-e", "instructions,cache-misses", "true"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError) as e: return f"perf failed: {e}"
-    text = out.stderr + out.stdout
-    return "not supported (no hardware counters, e.g. in a VM)" if "not supported" in text else ("supported" if out.returncode == 0 else text.strip()[:200])
-
-# %% ../nbs/91_bench.ipynb #6e1eecda
-@njit(parallel=True, cache=True)
-def _parallel_copy(src, dst):
-    for i in prange(src.shape[0]): dst[i] = src[i]
-
-@njit(cache=True)
-def _touch_rows(M, rows):
-    "Read-modify-write row `rows[t]` of M for every t (one thread)."
-    d = M.shape[1]
-    for t in range(rows.shape[0]):
-        r = rows[t]
-        for f in range(d): M[r, f] = M[r, f] * np.float32(0.999) + np.float32(1e-3)
-
-@njit(parallel=True, cache=True)
-def _touch_rows_parallel(M, rows, n_chunks):
-    "Same as `_touch_rows`, the index list split into `n_chunks` contiguous parts run in parallel."
-    d, n = M.shape[1], rows.shape[0]
-    for c in prange(n_chunks):
-        for t in range(c * n // n_chunks, (c + 1) * n // n_chunks):
-            r = rows[t]
-            for f in range(d): M[r, f] = M[r, f] * np.float32(0.999) + np.float32(1e-3)
-
-# %% ../nbs/91_bench.ipynb #e42dd06b
-def _cpu_times():
-    "(busy, steal, total) jiffies of all CPUs from /proc/stat, or None where unavailable."
-    try: f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError): return None
-    idle = f[3] + (f[4] if len(f) > 4 else 0); steal = f[7] if len(f) > 7 else 0
-    return sum(f[:8]) - idle - steal, steal, sum(f[:8])
-
-def machine_load(before, after) -> dict:
-    "CPU busy and hypervisor-steal percentages (all CPUs, all processes) between two `_cpu_times()` readings."
-    if before is None or after is None or after[2] == before[2]: return {}
-    tot = after[2] - before[2]
-    return dict(cpu_busy_pct=100 * (after[0] - before[0]) / tot, cpu_steal_pct=100 * (after[1] - before[1]) / tot)
-
-def _best_time(fn, repeats: int) -> float:
-    best = math.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter(); fn(); best = min(best, time.perf_counter() - t0)
-    return best
-
-# %% ../nbs/91_bench.ipynb #0f350d8f
-def stream_bandwidth(threads: int = 1, n_bytes: int = 256 * 2**20, repeats: int = 3) -> float:
-    "Copy bandwidth in GB/s (bytes read + written per second) of an `n_bytes` float32 array."
-    src = np.ones(n_bytes // 4, np.float32); dst = np.empty_like(src)
-    old = numba.get_num_threads()
-    try:
-        numba.set_num_threads(threads)
-        _parallel_copy(src[:8], dst[:8])
-        fn = (lambda: np.copyto(dst, src)) if threads == 1 else (lambda: _parallel_copy(src, dst))
-        return 2 * src.nbytes / _best_time(fn, repeats) / 1e9
-    finally: numba.set_num_threads(old)
-
-def random_row_rate(n_rows: int, d: int, threads: int = 1, n_touch: int = 2_000_000, repeats: int = 3, seed: int = 0) -> float:
-    """Rows per second read-modify-written at random in an (n_rows, d) float32 matrix (a P-sized matrix).
-    With several threads each touches its own contiguous share of the rows (as the block scheduler
-    gives each thread its own users), so no cache line is shared."""
-    rng = np.random.default_rng(seed)
-    M = np.zeros((n_rows, d), np.float32)
-    share = max(n_rows // threads, 1)
-    chunk = np.arange(n_touch) * threads // n_touch           # thread c runs the c-th contiguous part of `rows`
-    rows = (np.minimum(chunk * share, n_rows - 1) + rng.integers(0, share, n_touch)).clip(0, n_rows - 1).astype(np.int32)
-    old = numba.get_num_threads()
-    try:
-        numba.set_num_threads(threads)
-        _touch_rows(M, rows[:4]); _touch_rows_parallel(M, rows[:4], threads)
-        fn = (lambda: _touch_rows(M, rows)) if threads == 1 else (lambda: _touch_rows_parallel(M, rows, threads))
-        return n_touch / _best_time(fn, repeats)
-    finally: numba.set_num_threads(old)
-
-# %% ../nbs/91_bench.ipynb #9258cdbc
-@njit(parallel=True, cache=True)
-def _spin(n_chunks, n):
-    out = np.zeros(n_chunks)
-    for c in prange(n_chunks):
-        x = 1.0 + c
-        for _ in range(n): x = x * 0.9999999 + 1e-7   # a dependent chain: pure compute, no memory
-        out[c] = x
-    return out
-
-def compute_scaling(threads: int, n: int = 20_000_000, repeats: int = 3) -> float:
-    """Speed-up of a pure-compute numba `prange` kernel on `threads` threads over one thread, now: the
-    ceiling for any multi-thread speed-up in this run (below `threads` when other work holds cores)."""
-    old = numba.get_num_threads()
-    try:
-        numba.set_num_threads(1); _spin(1, 10); t1 = _best_time(lambda: _spin(1, n), repeats)
-        numba.set_num_threads(threads); _spin(threads, 10); tT = _best_time(lambda: _spin(threads, n), repeats)
-        return threads * t1 / tT
-    finally: numba.set_num_threads(old)
-
-# %% ../nbs/91_bench.ipynb #9c8dad09
+# %% ../nbs/91_bench.ipynb #3476115c
 _COMPILED: dict = {}
 
 def _init_factors(r, d: int, seed: int):
@@ -182,12 +53,6 @@ def _init_factors(r, d: int, seed: int):
     P = (0.1 * rng.standard_normal((r.n_users, d))).astype(np.float32)
     Q = (0.1 * rng.standard_normal((r.n_items, d))).astype(np.float32)
     return P, Q, np.zeros(r.n_users, np.float32), np.zeros(r.n_items, np.float32)
-
-def _sample_rmse(r, predict, n: int = 20_000, seed: int = 0) -> float:
-    "Training RMSE on a fixed sample of at most n ratings: a sanity check that an engine really trained."
-    idx = np.random.default_rng(seed).choice(len(r), min(n, len(r)), replace=False)
-    yhat = np.asarray(predict(r.user[idx], r.item[idx]), np.float64)
-    return float(np.sqrt(np.mean((r.rating[idx] - yhat) ** 2)))
 
 def _jit_state(fn) -> str:
     stats = getattr(fn, "stats", None)
@@ -287,149 +152,6 @@ def _bench_sgld(r, d: int, threads: int, epochs: int, repeats: int, noise: str =
                 timing=f"kernel only, best of {repeats} fits of {epochs} epochs after one warm-up fit",
                 layout=f"{threads}x{threads} grid, layout={layout!r}" + (f", table of {table_size:,}" if noise == "table" else ", fresh draws"))
 
-
-# %% ../nbs/91_bench.ipynb #221a4fcb
-def _marginal(n: int, epochs: int, t_E: list, t_1: list, c_E: list, c_1: list) -> dict:
-    """Marginal per-epoch rate from whole-fit wall times (`t_*`) and process CPU times (`c_*`)
-    with E epochs and with one epoch."""
-    best_E, best_1 = min(t_E), min(t_1)
-    med_E, med_1 = statistics.median(t_E), statistics.median(t_1)
-    per_epoch = (best_E - best_1) / (epochs - 1)
-    cpu_per_epoch = (min(c_E) - min(c_1)) / (epochs - 1)
-    cpu = dict(cpu_seconds=min(c_E), updates_per_cpu_s=n / cpu_per_epoch if cpu_per_epoch > 0 else epochs * n / max(min(c_E), 1e-9))
-    if per_epoch <= 0.05 * best_E / epochs:   # noise swamps the difference: fall back to the whole fit
-        return dict(seconds=best_E, updates_per_s=epochs * n / best_E, updates_per_s_median=epochs * n / med_E, **cpu,
-                    setup_seconds=None, timing="whole fit (marginal difference below noise)")
-    med_per_epoch = max(med_E - med_1, 1e-12) / (epochs - 1)
-    return dict(seconds=best_E, updates_per_s=n / per_epoch, updates_per_s_median=n / med_per_epoch, **cpu,
-                setup_seconds=max(best_1 - per_epoch, 0.0),
-                timing=f"marginal (t_E - t_1)/(E - 1), best of {len(t_E)}")
-
-def _timed(fn):
-    "(wall seconds, process CPU seconds, result) of fn()."
-    t0, c0 = time.perf_counter(), time.process_time()
-    out = fn()
-    return time.perf_counter() - t0, time.process_time() - c0, out
-
-# %% ../nbs/91_bench.ipynb #6d395d8a
-def _libmf():
-    "Import the libmf binding (it prints its library path on import; silence that)."
-    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from libmf import mf
-    return mf
-
-def _bench_libmf(r, d: int, threads: int, epochs: int, repeats: int, reg: float = 0.02, eta: float = 0.1, X=None) -> dict:
-    "Time LIBMF's `fit` with E and with 1 iteration(s); marginal rate. `eta` is LIBMF's own default."
-    import ctypes
-    mf = _libmf()
-    X = np.column_stack([r.user, r.item, r.rating]).astype(np.float32) if X is None else X
-    pairs = np.ascontiguousarray(X[:, :2])
-    def fit(iters, keep=False, evaluate=False):
-        model = mf.MF(k=d, nr_threads=threads, nr_iters=iters, nr_bins=max(26, 2 * threads + 1), eta=eta,
-                      lambda_p1=0.0, lambda_q1=0.0, lambda_p2=reg, lambda_q2=reg, quiet=True)
-        secs, cpu, _ = _timed(lambda: model.fit(X))
-        rmse = _sample_rmse(r, lambda u, i: model.predict(np.column_stack([u, i]).astype(np.float32))) if keep else None
-        eval_s = _timed(lambda: model.predict(pairs))[0] if evaluate else 0.0
-        ptr = ctypes.pointer(model.model)
-        mf.mf.mf_destroy_model(ctypes.byref(ptr))   # the binding never frees its model
-        return secs, cpu, rmse, eval_s
-    one = [fit(1) for _ in range(repeats)]
-    many = [fit(epochs, keep=rep == repeats - 1, evaluate=True) for rep in range(repeats)]
-    timing = _marginal(len(r), epochs, [m[0] for m in many], [o[0] for o in one], [m[1] for m in many], [o[1] for o in one])
-    return dict(engine="libmf", threads=threads, **timing, compile_seconds=0.0, train_rmse_sample=many[-1][2],
-                setup_s=timing["setup_seconds"], fit_s=min(m[0] + m[3] for m in many), eval_s=min(m[3] for m in many))
-
-# %% ../nbs/91_bench.ipynb #1825b862
-def _surprise_trainset(r):
-    "Surprise trainset from the same arrays (timed separately: it is data loading, not training)."
-    import pandas as pd
-    from surprise import Dataset, Reader
-    df = pd.DataFrame({"user": r.user, "item": r.item, "rating": r.rating.astype(np.float64)})
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return Dataset.load_from_df(df, Reader(rating_scale=(float(r.rating_min), float(r.rating_max)))).build_full_trainset()
-
-def _bench_surprise(r, d: int, epochs: int, repeats: int, trainset, lr: float = 0.005, reg: float = 0.02, seed: int = 0) -> dict:
-    "Time `surprise.SVD.fit` with E and with 1 epoch(s) on `trainset` (built from `r`); marginal rate."
-    from surprise import SVD
-    def fit(n_epochs):
-        algo = SVD(n_factors=d, n_epochs=n_epochs, lr_all=lr, reg_all=reg, biased=True, random_state=seed)
-        return _timed(lambda: algo.fit(trainset))
-    one = [fit(1) for _ in range(repeats)]
-    many = [fit(epochs) for _ in range(repeats)]
-    algo = many[-1][2]
-    def predict(us, its):
-        return [algo.predict(u, i, clip=False).est for u, i in zip(us.tolist(), its.tolist())]
-    timing = _marginal(len(r), epochs, [m[0] for m in many], [o[0] for o in one], [m[1] for m in many], [o[1] for o in one])
-    return dict(engine="surprise-svd", threads=1, **timing, compile_seconds=0.0,
-                train_rmse_sample=_sample_rmse(r, predict, n=5_000))
-
-def bench_subsample(r, max_ratings: int, seed: int = 0):
-    "`r` itself, or a uniform random subsample of `max_ratings` of its ratings (same users and items), seeded."
-    return r if len(r) <= max_ratings else r.take(np.sort(np.random.default_rng(seed).choice(len(r), max_ratings, replace=False)))
-
-def _surprise_row(r, d: int, epochs: int, repeats: int, seed: int, max_ratings: int) -> dict:
-    "Surprise's row: its trainset from `r` (or a uniform subsample of `max_ratings`), built untimed, then `_bench_surprise`."
-    sub = bench_subsample(r, max_ratings, seed)
-    t0 = time.perf_counter(); trainset = _surprise_trainset(sub); trainset_s = time.perf_counter() - t0
-    row = _bench_surprise(sub, d, epochs, repeats, trainset, seed=seed)
-    row.update(n_ratings=len(sub), trainset_seconds=trainset_s, setup_s=trainset_s, fit_s=trainset_s + row["seconds"],
-               subsample=None if sub is r else f"uniform random {len(sub):,} of {len(r):,} ratings (seed {seed})")
-    return row
-
-# %% ../nbs/91_bench.ipynb #6faf1861
-_HANG_RETRIES = 1   # extra tries for a reference-engine row that hung
-
-def _reference_child(conn, engine: str, r, d: int, threads: int, epochs: int, repeats: int, seed: int, max_ratings: int):
-    "In the child: run one reference-engine row, send `('ok', row)` or `('error', message)`."
-    try:
-        row = (_bench_libmf(r, d, threads, epochs, repeats) if engine == "libmf"
-               else _surprise_row(r, d, epochs, repeats, seed, max_ratings))
-        conn.send(("ok", row))
-    except BaseException as e:
-        conn.send(("error", f"{type(e).__name__}: {e}"))
-    finally: conn.close()
-
-def _run_isolated(target, args: tuple, timeout: float) -> tuple:
-    "`target(conn, *args)` in a child process: `('ok', row)`, `('error', message)` or `('timeout', seconds)`; the child never outlives the call."
-    import multiprocessing as mp
-    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-    recv, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=target, args=(send, *args), daemon=True)
-    child.start(); send.close()
-    try:
-        if not recv.poll(timeout): return ("timeout", timeout)
-        try: return recv.recv()
-        except EOFError:
-            child.join(10)
-            return ("error", f"the child process died without a result (exit code {child.exitcode})")
-    finally:
-        if child.is_alive(): child.kill()
-        child.join(10); recv.close()
-
-# %% ../nbs/91_bench.ipynb #80ec22f8
-def _row_timeout(engine: str, n: int, d: int, epochs: int, repeats: int, max_ratings: int) -> float:
-    "Seconds one reference-engine row may take: 30 s plus 0.15 µs per update and factor (ten times a slow engine)."
-    n_fit = min(n, max_ratings) if engine == "surprise-svd" else n
-    return 30.0 + 1.5e-7 * n_fit * (epochs + 1) * repeats * max(d, 16) + 5e-6 * n_fit
-
-def _reference_row(engine: str, r, d: int, threads: int, epochs: int, repeats: int, seed: int,
-                   max_ratings: int, timeout: float | None = None) -> dict:
-    "One Surprise or LIBMF row, run in a child process; a hang (after one more try), crash or error gives a failed row."
-    limit = timeout if timeout is not None else _row_timeout(engine, len(r), d, epochs, repeats, max_ratings)
-    args = (engine, r, d, threads, epochs, repeats, seed, max_ratings)
-    for attempt in range(1, _HANG_RETRIES + 2):
-        status, value = _run_isolated(_reference_child, args, limit)
-        if status == "ok":
-            if attempt > 1: value["note"] = f"hung {attempt - 1}x (no result in {limit:.0f} s): killed and rerun"
-            return {**value, "attempts": attempt}
-        if status == "error": break
-    error = (value if status == "error" else
-             f"no result in {limit:.0f} s on {attempt} tries, killed (a hang; LIBMF's scheduler can deadlock, see the bench notebook)")
-    warnings.warn(f"{engine} d={d} threads={threads} failed: {error}")
-    return dict(engine=engine, threads=threads, error=error, attempts=attempt, updates_per_s=None, seconds=None,
-                compile_seconds=None, train_rmse_sample=None)
 
 # %% ../nbs/91_bench.ipynb #ab9b3078
 def _engine_available(engine: str) -> str | None:

@@ -17,14 +17,13 @@ from .data import Ratings
 from .mf import PMF, FittedModel, Mechanism, PrivacyReport, register_mechanism
 from .mechanism import Factors
 from .privacy import gaussian_epsilon, check_positive, check_int   # toolkit checks
+from .fixed_point import FixedPoint
 from .hua import clip_rows, gd_item_factors, gd_step_sizes, item_degrees, rating_sensitivity, share_scale
 
 # %% auto #0
-__all__ = ['HEADER_BYTES', 'noise_shares', 'conditional_mu', 'recommender_view_epsilon', 'FixedPoint', 'Batch', 'Network',
-           'Users', 'ThirdParty', 'Recommender', 'ProtocolRun', 'check_protocol_input', 'run_protocol',
-           'assert_recommender_blind', 'uniformity_pvalues', 'difference_attack', 'ProbingRecommender',
-           'ZeroProbeRecommender', 'online_set_attack', 'honest_online_set_attack', 'communication_per_iteration',
-           'traffic_per_iteration', 'HuaProtocol']
+__all__ = ['HEADER_BYTES', 'noise_shares', 'conditional_mu', 'recommender_view_epsilon', 'Batch', 'Network', 'Users',
+           'ThirdParty', 'Recommender', 'ProtocolRun', 'check_protocol_input', 'run_protocol',
+           'communication_per_iteration', 'traffic_per_iteration', 'HuaProtocol']
 
 # %% ../nbs/04_hua_protocol.ipynb #70febc51
 def noise_shares(k: int,                 # raters of the item: shares per item
@@ -58,57 +57,6 @@ def recommender_view_epsilon(H, epsilon: float, Delta: float, delta: float = 1e-
     "epsilon at `delta` of the summed shares for an adversary who knows H (the recommender): one Gaussian mechanism."
     mu = conditional_mu(np.asarray(H, np.float64), epsilon, Delta)   # = epsilon / sqrt(2 d min_l H[l]), whatever Delta
     return gaussian_epsilon(1.0 / mu, delta)
-
-# %% ../nbs/04_hua_protocol.ipynb #7439fca4
-@njit(cache=True)
-def _mod_segment_sum(seg, X, n_seg, P):
-    "Row sums of int64 residues X grouped by seg, mod P (no overflow: P <= 2^62)."
-    out = np.zeros((n_seg, X.shape[1]), np.int64)
-    for r in range(X.shape[0]):
-        s = seg[r]
-        for a in range(X.shape[1]):
-            v = out[s, a] + X[r, a]
-            out[s, a] = v - P if v >= P else v
-    return out
-
-# %% ../nbs/04_hua_protocol.ipynb #10e423ed
-@dataclass(frozen=True)
-class FixedPoint:
-    "Fixed-point encoding of reals into Z_P with scale `scale`; sums decode exactly while |sum| <= bound."
-    scale: float = 2.0 ** 24
-    modulus: int = 2 ** 62
-    bound: float = 1e6    # declared bound on |any encoded value or aggregate|
-
-    def __post_init__(self):
-        check_positive("scale", self.scale); check_positive("bound", self.bound)
-        if isinstance(self.modulus, bool) or not isinstance(self.modulus, (int, np.integer)) or not 2 <= self.modulus <= 2 ** 62:
-            raise ValueError(f"modulus={self.modulus!r} must be an integer in [2, 2**62]")
-        need = 2 * math.ceil(self.bound * self.scale) + 1
-        if self.bound * self.scale >= 2 ** 53:
-            raise ValueError(f"bound*scale={self.bound * self.scale:.3g} exceeds 2**53: float64 cannot round it exactly; lower scale or bound")
-        if self.modulus < need:
-            raise ValueError(f"modulus={self.modulus} is too small: values up to |{self.bound:g}| at scale={self.scale:g} "
-                             f"need modulus >= {need}")
-
-    def encode(self, x) -> np.ndarray:
-        x = np.asarray(x, np.float64)
-        if not np.all(np.abs(x) <= self.bound):
-            raise ValueError(f"value {np.abs(x).max():.4g} exceeds the codec's bound={self.bound:g}: it would wrap around mod P")
-        return np.mod(np.rint(x * self.scale).astype(np.int64), np.int64(self.modulus))
-
-    def decode(self, y) -> np.ndarray:
-        y = np.mod(np.asarray(y, np.int64), np.int64(self.modulus))
-        c = np.where(y > self.modulus // 2, y - np.int64(self.modulus), y)
-        out = c / self.scale
-        if not np.all(np.abs(out) <= self.bound):
-            raise ValueError(f"decoded aggregate {np.abs(out).max():.4g} exceeds bound={self.bound:g}: the sum wrapped or the bound is wrong")
-        return out
-
-    def add(self, a, b) -> np.ndarray: return np.mod(np.asarray(a, np.int64) + np.asarray(b, np.int64), np.int64(self.modulus))
-    def sub(self, a, b) -> np.ndarray: return np.mod(np.asarray(a, np.int64) - np.asarray(b, np.int64), np.int64(self.modulus))
-    def uniform(self, g: np.random.Generator, shape) -> np.ndarray: return g.integers(0, self.modulus, size=shape, dtype=np.int64)
-    def segment_sum(self, seg, X, n_seg: int) -> np.ndarray:
-        return _mod_segment_sum(np.ascontiguousarray(seg, np.int64), np.ascontiguousarray(X, np.int64), int(n_seg), np.int64(self.modulus))
 
 # %% ../nbs/04_hua_protocol.ipynb #91f669ad
 HEADER_BYTES = 8
@@ -392,97 +340,6 @@ def run_protocol(ratings: Ratings, U, epsilon: float, reg: float = 5.0, iters: i
         skipped += _protocol_iteration(t, rows, ratings, scenario, dropped, users, tp, rec, net)
     return ProtocolRun(rec.V.copy(), users, tp, rec, net, skipped, dropped)
 
-# %% ../nbs/04_hua_protocol.ipynb #cbcbd5a4
-def assert_recommender_blind(run: ProtocolRun) -> None:
-    "Raise AssertionError unless every payload the recommender received is a third-party sum over >= 2 users."
-    for kind, sender, t, n, meta in run.recommender.received:
-        if sender == "users":
-            assert kind == "request", f"recommender received {kind!r} from users at t={t}"
-        else:
-            assert sender == "third_party" and kind in ("aggregate", "tau_aggregate"), f"unexpected {kind!r} from {sender!r}"
-            assert (np.asarray(meta["contributors"]) >= 2).all(), f"an aggregate at t={t} has fewer than 2 contributors"
-    for kind, sender, t, n in run.third_party.received:
-        assert sender == "users" and kind in ("masked_gradient", "tau"), f"third party received {kind!r} from {sender!r}"
-
-# %% ../nbs/04_hua_protocol.ipynb #1560e87f
-def uniformity_pvalues(values, modulus: int, bins: int = 50) -> tuple[float, float]:
-    "(chi-square p, KS p) of the hypothesis that residues `values` are uniform on Z_modulus."
-    from scipy import stats
-    x = np.asarray(values, np.float64).ravel() / float(modulus)
-    counts = np.bincount(np.minimum((x * bins).astype(np.int64), bins - 1), minlength=bins)
-    return float(stats.chisquare(counts).pvalue), float(stats.kstest(x, "uniform").pvalue)
-
-# %% ../nbs/04_hua_protocol.ipynb #00d460cd
-def difference_attack(view: list, item: int, n_iters: int | None = None) -> np.ndarray:
-    "Estimate G_j = sum_i I_ij u_i u_i^T from the recommender's view of item j: least squares on differences."
-    vs, gs = [], []
-    for t, items, V, g in (view if n_iters is None else view[:n_iters]):
-        hit = np.flatnonzero(items == item)
-        if len(hit): vs.append(V[hit[0]]); gs.append(g[hit[0]])
-    dv, dg = np.diff(np.array(vs), axis=0), np.diff(np.array(gs), axis=0)
-    if len(dv) < dv.shape[1]: raise ValueError(f"item {item}: {len(dv)} differences, need >= d={dv.shape[1]}")
-    X, *_ = np.linalg.lstsq(dv, dg, rcond=None)      # dg = dv @ G^T
-    return X.T
-
-class ProbingRecommender(Recommender):
-    "A malicious recommender: sends v_j = 0, e_1, ..., e_d in iterations 0..d (and does not update V then)."
-    def model(self, rows, t, scenario):
-        b = super().model(rows, t, scenario)
-        d = self.V.shape[1]
-        if t <= d: b.payload["v"] = np.zeros_like(b.payload["v"]) if t == 0 else np.tile(np.eye(d)[t - 1], (b.n, 1))
-        self._probe = b.payload["v"][:1].copy() if t <= d else None
-        return b
-    def receive(self, batch):
-        if batch.kind == "aggregate" and self._probe is not None:
-            self.received.append((batch.kind, batch.sender, batch.t, batch.n, dict(batch.meta)))
-            g = self._codec.decode(self._codec.sub(batch.payload["aggregate"], self._psi_sum[batch.items]))
-            self.view.append((batch.t, batch.items, np.repeat(self._probe, len(batch.items), 0), g))
-        else: super().receive(batch)
-
-# %% ../nbs/04_hua_protocol.ipynb #af65b930
-class ZeroProbeRecommender(Recommender):
-    "A malicious Scenario 3 recommender: sends v_j = 0 in every iteration (users cannot tell) and never moves V."
-    def receive(self, batch):
-        super().receive(batch)
-        self.V[:] = 0.0
-
-def online_set_attack(run: ProtocolRun, item: int):
-    """Scenario 3: regress the recommender's decoded aggregates of `item` on who was online (plus an intercept).
-    Returns (rows, Y, eta): rows = the item's rating rows, Y[s] = the per-rater term of rows[s], eta = the item's noise.
-    Exact when the recommender sent the same v_j in every iteration (then Y[s] = u_i u_i^T v_j - r_ij u_i)."""
-    rec = run.recommender
-    if rec.view is None: raise ValueError("the run kept no recommender view: use run_protocol(..., keep_view=True)")
-    rows = np.flatnonzero(rec._items_of_row == item)           # the public rating pattern
-    Z, G = [], []
-    for t, items, V, g in rec.view:
-        hit = np.flatnonzero(items == item)
-        if len(hit): Z.append(np.r_[np.isin(rows, rec.online[t]), True]); G.append(g[hit[0]])
-    Z = np.array(Z, np.float64).reshape(-1, len(rows) + 1)
-    if np.linalg.matrix_rank(Z) < Z.shape[1]:
-        raise ValueError(f"item {item}: the online sets of {len(Z)} iterations do not separate its {len(rows)} raters "
-                         "(in Scenario 2, or with p_online=1, the raters are always online together)")
-    sol, *_ = np.linalg.lstsq(Z, np.array(G), rcond=None)
-    return rows, sol[:-1], sol[-1]
-
-# %% ../nbs/04_hua_protocol.ipynb #b60ddb23
-def honest_online_set_attack(run: ProtocolRun, item: int, fresh_noise: float = 0.0, seed=0):
-    """Scenario 3, honest-but-curious recommender: regress the decoded aggregates of `item` on z_i(t) v_j(t), z_i(t)
-    (i its raters) and an intercept. Returns (rows, X) with X[s] the estimate of r_ij u_i of rating row rows[s], or
-    None when the item had too few iterations. `fresh_noise`: Laplace scale added to each aggregate (rho~ read as fresh)."""
-    rec, g0 = run.recommender, checks.generator(seed)
-    if rec.view is None: raise ValueError("the run kept no recommender view: use run_protocol(..., keep_view=True)")
-    rows = np.flatnonzero(rec._items_of_row == item); k, d = len(rows), rec.V.shape[1]
-    Z, G = [], []
-    for t, items, V, g in rec.view:
-        hit = np.flatnonzero(items == item)
-        if len(hit):
-            z = np.isin(rows, rec.online[t]).astype(np.float64)
-            Z.append(np.r_[np.kron(z, np.r_[V[hit[0]], -1.0]), 1.0])
-            G.append(g[hit[0]] + (g0.laplace(0, fresh_noise, d) if fresh_noise > 0 else 0))
-    if len(Z) <= k * (d + 1) + 1: return rows, None
-    sol, *_ = np.linalg.lstsq(np.array(Z), np.array(G), rcond=None)
-    return rows, sol[:-1].reshape(k, d + 1, d)[:, d, :]
-
 # %% ../nbs/04_hua_protocol.ipynb #201f7b1a
 def communication_per_iteration(n_ratings: int, n_items: int, d: int, scenario: int | str) -> dict:
     "Messages and bytes per iteration by sender -> receiver for Scenario 2, 3 (all users online) or 'plain' distributed GD."
@@ -576,14 +433,14 @@ def _protocol_report(self: HuaProtocol, train: Ratings, run: ProtocolRun, left_o
         method=f"Hua et al. 2015 Scenario {self.scenario}: objective perturbation with per-coordinate Laplace noise "
                "summed from users' shares (L1/L2 argument), masked aggregation in Z_P",
         notes=(f"neighbouring=replace; epsilon-DP for V holds against parties who see V and do not know H"
-               + (" (with changing online groups: only up to the gain factor of nbs/04_hua_protocol 6.2, measured "
+               + (" (with changing online groups: only up to the gain factor of the notebook 04a_hua_attacks, §2.2, measured "
                   "<= 1.002; epsilon-DP not proven). " if changing else ". ")
                + ("The recommender sees aggregates over changing online groups with the same noise: by regression on "
-                  "who was online it can recover every rater's r_ij u_i (nbs/04_hua_protocol 6.2): no DP guarantee "
+                  "who was online it can recover every rater's r_ij u_i (the notebook 04a_hua_attacks, §2.2): no DP guarantee "
                   "against the recommender. " if changing else
                   f"The recommender knows H: against it the realized guarantee is ({eps_items.max():.3g}, 1e-05)-DP for "
                   f"the worst item, ({np.median(eps_items):.3g}, 1e-05) for the median item (Gaussian given H); it also "
-                  "learns each item's Gram matrix sum_i u_i u_i^T (6.1). ")
+                  "learns each item's Gram matrix sum_i u_i u_i^T (04a_hua_attacks §2.1). ")
                + f"V given U (U trained non-privately, held by users). {left_out} ratings of items with < 2 raters "
                "(in Scenario 3: < 2 online at set-up) left out (v_j = 0)."))
 

@@ -7,57 +7,18 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/mechanism.html.md"""
 # %% ../nbs/01b_mechanism.ipynb #06da72be
 from __future__ import annotations
 import importlib, importlib.util, inspect, io, math, os, pkgutil, re, sys, textwrap, time, tokenize, warnings
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
 from .checks import check_bool, show
 from .data import Ratings
 from .synthetic import available_memory   # one reading of free memory, shared with the generator
 from .kernels import predict_kernel
+from .privacy import PrivacyReport
 
 # %% auto #0
-__all__ = ['MECHANISMS', 'ENTRY_POINT_GROUP', 'PrivacyReport', 'FittedModel', 'Factors', 'Mechanism', 'register_mechanism',
-           'mechanism_modules', 'mechanisms', 'get_mechanism']
-
-# %% ../nbs/01b_mechanism.ipynb #df3d0c0e
-@dataclass(frozen=True)
-class PrivacyReport:
-    "What a fitted mechanism released, what guarantee covers it, and what that guarantee does not cover."
-    released: tuple = ("U", "V")   # which factors leave the trusted boundary
-    unit: str | None = None         # 'rating', 'user', ... ; None for a non-private fit
-    epsilon: float | None = None    # None: no guarantee (non-private)
-    delta: float | None = None
-    method: str = "non-private"     # how the guarantee was computed
-    notes: str = ""                 # details: neighbouring notion, sensitivities, measured caveats
-    scope: str = ""                 # one sentence: what the guarantee covers and what it does not (required when private)
-
-    def __post_init__(self):
-        if self.private and not (isinstance(self.scope, str) and self.scope.strip()):
-            raise ValueError(f"a private PrivacyReport (epsilon={show(self.epsilon)}) needs scope=...: one sentence "
-                             "saying what the guarantee covers and what it does not")
-
-    @property
-    def private(self) -> bool: return self.epsilon is not None
-
-    def guarantee(self) -> str:
-        "'(ε, δ)-DP per unit', or 'non-private'."
-        return "non-private" if not self.private else f"({self.epsilon:g}, {self.delta or 0:g})-DP per {self.unit}"
-
-    def summary(self) -> str:
-        "The one line every printout uses: the guarantee, its scope, what was released and how it was computed."
-        released = "released " + (", ".join(self.released) or "nothing")
-        if not self.private:   # no DP guarantee; a method other than "non-private" names the weaker notion that holds
-            if self.method == "non-private": return f"non-private; {released}"
-            scope = f" (scope: {self.scope.strip().rstrip('.')})" if self.scope.strip() else ""
-            return f"no differential-privacy guarantee: {self.method}{scope}; {released}"
-        return f"{self.guarantee()} (scope: {self.scope.strip().rstrip('.')}); {released}; {self.method}"
-
-    def to_dict(self) -> dict:
-        "JSON-ready fields, plus `summary`."
-        out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
-        return {**out, "summary": self.summary()}
-
-    def __str__(self) -> str: return self.summary()
+__all__ = ['MECHANISMS', 'ENTRY_POINT_GROUP', 'FittedModel', 'Factors', 'Mechanism', 'register_mechanism', 'mechanism_modules',
+           'mechanisms', 'get_mechanism']
 
 # %% ../nbs/01b_mechanism.ipynb #0d8b6aa4
 @dataclass

@@ -9,19 +9,20 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/privacy.html.md"""
 # %% ../nbs/02_privacy.ipynb #375144cf
 from __future__ import annotations
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 import numpy as np
 from numba import njit
 from scipy import optimize, special, sparse
 from .data import Ratings
-from .mf import PrivacyReport
+from .checks import show
 
 # %% auto #0
 __all__ = ['NEIGHBOURING', 'DEFAULT_ORDERS', 'check_positive', 'check_int', 'gaussian_noise', 'laplace_noise', 'gaussian_delta',
            'gaussian_epsilon', 'gaussian_sigma_analytic', 'gaussian_sigma_classic', 'laplace_mechanism',
            'gaussian_mechanism', 'l2_laplace_noise', 'gaussian_rdp', 'laplace_rdp', 'pure_dp_rdp', 'rdp_to_dp',
            'classic_noise_multiplier', 'gaussian_epsilon_classic_optimum', 'gaussian_epsilon_exact',
-           'gaussian_epsilon_rdp', 'dp_accounting_rdp_epsilon', 'dp_accounting_pld_epsilon', 'PrivacyAccountant']
+           'gaussian_epsilon_rdp', 'dp_accounting_rdp_epsilon', 'dp_accounting_pld_epsilon', 'PrivacyReport',
+           'PrivacyAccountant']
 
 # %% ../nbs/02_privacy.ipynb #7f6fdedf
 NEIGHBOURING = ("add_remove", "replace")
@@ -231,6 +232,46 @@ def dp_accounting_pld_epsilon(noise_multiplier: float, count: int, delta: float,
     acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=check_positive("discretization", discretization))
     acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), c))
     return float(acc.get_epsilon(d))
+
+# %% ../nbs/02_privacy.ipynb #df3d0c0e
+@dataclass(frozen=True)
+class PrivacyReport:
+    "What a fitted mechanism released, what guarantee covers it, and what that guarantee does not cover."
+    released: tuple = ("U", "V")   # which factors leave the trusted boundary
+    unit: str | None = None         # 'rating', 'user', ... ; None for a non-private fit
+    epsilon: float | None = None    # None: no guarantee (non-private)
+    delta: float | None = None
+    method: str = "non-private"     # how the guarantee was computed
+    notes: str = ""                 # details: neighbouring notion, sensitivities, measured caveats
+    scope: str = ""                 # one sentence: what the guarantee covers and what it does not (required when private)
+
+    def __post_init__(self):
+        if self.private and not (isinstance(self.scope, str) and self.scope.strip()):
+            raise ValueError(f"a private PrivacyReport (epsilon={show(self.epsilon)}) needs scope=...: one sentence "
+                             "saying what the guarantee covers and what it does not")
+
+    @property
+    def private(self) -> bool: return self.epsilon is not None
+
+    def guarantee(self) -> str:
+        "'(ε, δ)-DP per unit', or 'non-private'."
+        return "non-private" if not self.private else f"({self.epsilon:g}, {self.delta or 0:g})-DP per {self.unit}"
+
+    def summary(self) -> str:
+        "The one line every printout uses: the guarantee, its scope, what was released and how it was computed."
+        released = "released " + (", ".join(self.released) or "nothing")
+        if not self.private:   # no DP guarantee; a method other than "non-private" names the weaker notion that holds
+            if self.method == "non-private": return f"non-private; {released}"
+            scope = f" (scope: {self.scope.strip().rstrip('.')})" if self.scope.strip() else ""
+            return f"no differential-privacy guarantee: {self.method}{scope}; {released}"
+        return f"{self.guarantee()} (scope: {self.scope.strip().rstrip('.')}); {released}; {self.method}"
+
+    def to_dict(self) -> dict:
+        "JSON-ready fields, plus `summary`."
+        out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
+        return {**out, "summary": self.summary()}
+
+    def __str__(self) -> str: return self.summary()
 
 # %% ../nbs/02_privacy.ipynb #58efdc81
 @dataclass

@@ -8,11 +8,9 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/sgld.html.md"""
 # %% ../nbs/07_sgld.ipynb #d9909ca5
 from __future__ import annotations
 import math, time
-from dataclasses import dataclass
 import numba
 import numpy as np
 from numba import njit, prange
-from scipy import stats
 from tqdm.auto import tqdm
 from .checks import check_bool, check_choice, check_float, check_int, check_positive, show
 from .data import Ratings
@@ -21,14 +19,12 @@ from .kernels import (_GOLDEN, _JIT, _below, _mix64, PREFETCH_AHEAD, als_sweep, 
                               prefetch_item, prefetch_row, prepare_sgd_blocks, stratum_block, to_csr)
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
 from .mf import rmse
-from .testing import _M64, _below_reference, _mix64_reference
+from .testing import M64, below_reference, mix64_reference
 
 # %% auto #0
 __all__ = ['LOSSES', 'user_loglik_bound', 'clipped_loglik', 'ops_epsilon', 'ops_likelihood_scale', 'personalized_user_epsilon',
-           'log_posterior', 'worst_log_ratio', 'discrete_mf_table', 'trim_ratings', 'reweighting', 'gaussian_table',
-           'fresh_normals', 'ou_coefficients', 'sgld_epoch_parallel', 'sgld_epoch', 'sgld_epoch_numpy', 'SGLD',
-           'local_user_fit', 'TinyMF', 'TinyPosterior', 'tiny_posterior', 'tiny_sgld', 'ks_distance', 'clopper_pearson',
-           'Audit', 'audit_epsilon', 'bench_epoch', 'speed_ratio']
+           'trim_ratings', 'reweighting', 'gaussian_table', 'fresh_normals', 'ou_coefficients', 'sgld_epoch_parallel',
+           'sgld_epoch', 'sgld_epoch_numpy', 'SGLD', 'local_user_fit', 'bench_epoch', 'speed_ratio']
 
 # %% ../nbs/07_sgld.ipynb #ae204fbe
 def user_loglik_bound(tau: int,        # ratings kept per user (trimming)
@@ -94,54 +90,6 @@ def personalized_user_epsilon(weights,                 # per-user likelihood wei
     if neighbour_weight is None: return w * e
     w2 = float(_weights(neighbour_weight))
     return (w + w2) * e / 2
-
-# %% ../nbs/07_sgld.ipynb #7245213a
-def log_posterior(log_prior,        # (m,) log prior on a finite parameter grid (need not be normalized)
-                  logliks,          # (n, m) one row per record: its (tempered) log-likelihood on the grid
-                 ) -> np.ndarray:
-    "Normalized log posterior log p(theta | D) on the grid."
-    lp = np.asarray(log_prior, np.float64) + np.asarray(logliks, np.float64).reshape(-1, np.size(log_prior)).sum(axis=0)
-    return lp - np.logaddexp.reduce(lp)
-
-def _normalize(lp): return lp - np.logaddexp.reduce(lp, axis=-1, keepdims=True)
-
-def worst_log_ratio(log_prior,           # (m,) log prior on the grid
-                    table,               # (n_records, m) log-likelihood of every possible record on the grid
-                    dataset,             # indices into `table`: the records (users) of D
-                    neighbouring: str = "replace",  # 'replace' (any user by any record) or 'add_remove'
-                   ) -> float:
-    "max over theta and over every neighbour D' of |log p(theta | D) - log p(theta | D')|, all neighbours enumerated."
-    _choice("neighbouring", neighbouring, NEIGHBOURING)
-    table = np.asarray(table, np.float64); idx = np.asarray(dataset, np.int64)
-    S = np.asarray(log_prior, np.float64) + table[idx].sum(axis=0)
-    base = S - np.logaddexp.reduce(S)
-    if neighbouring == "replace":
-        if len(idx) == 0: return 0.0
-        others = S[None, :] - table[np.unique(idx)]                      # D without one user (each distinct record once)
-        nb = _normalize(others[:, None, :] + table[None, :, :])          # ... plus any record
-    else:
-        nb = _normalize(np.concatenate([S[None, :] + table,              # add any record
-                                        S[None, :] - table[np.unique(idx)]]))  # remove one user
-    return float(np.abs(nb - base).max())
-
-# %% ../nbs/07_sgld.ipynb #6dc74645
-def discrete_mf_table(values=(1.0, 3.0, 5.0),  # the ratings a user can give
-                      n_items: int = 2,          # items; a record rates each at most once
-                      tau: int = 2,              # at most tau ratings per record (trimming)
-                      grid=np.linspace(-3, 3, 13),  # values of each item's bias c_j (the parameter grid is grid^n_items)
-                      lambda_r: float = 1.0, r_min: float = 1.0, r_max: float = 5.0,  # likelihood and rating range
-                      mu=None,                   # public offset (None: midpoint of the range)
-                     ):
-    """A finite toy posterior: theta = item biases c on a grid, prediction clip(mu + c_j); every record with <= tau
-    ratings from `values` (NaN = unrated). Returns (records, thetas, table) with table[k] = record k's log-likelihood."""
-    tau = check_int("tau", tau, 1); n_items = check_int("n_items", n_items, 1)
-    mu = (r_min + r_max) / 2 if mu is None else float(mu)
-    opts = [np.nan, *map(float, values)]
-    recs = np.array([r for r in np.array(np.meshgrid(*[opts] * n_items, indexing="ij")).reshape(n_items, -1).T
-                     if 0 < np.sum(~np.isnan(r)) <= tau])
-    thetas = np.array(np.meshgrid(*[np.asarray(grid, np.float64)] * n_items, indexing="ij")).reshape(n_items, -1).T
-    ll = clipped_loglik(recs[:, None, :], mu + thetas[None, :, :], lambda_r, r_min, r_max)
-    return recs, thetas, np.where(np.isnan(recs)[:, None, :], 0.0, ll).sum(axis=2)
 
 # %% ../nbs/07_sgld.ipynb #b8fa0e97
 def trim_ratings(train: Ratings,  # the training ratings
@@ -286,12 +234,12 @@ def sgld_epoch_numpy(user, item, rating, U, V, b, c, mu, lo, hi, eta, lik, weigh
                      use_bias):
     "The table-noise serial epoch in plain Python/numpy (float64), in place; for checking the kernels on small inputs."
     G, d = 0x9E3779B97F4A7C15, U.shape[1]
-    key = _mix64_reference(((seed * G) & _M64) ^ _mix64_reference((epoch + G) & _M64))
+    key = mix64_reference(((seed * G) & M64) ^ mix64_reference((epoch + G) & M64))
     T, pos, sse = len(table) - 2 * (d + 1), 0, 0.0
     for k in range(len(user)):
         i, j = int(user[k]), int(item[k])
         if k == 0 or user[k] != user[k - 1]:
-            pos = _below_reference(_mix64_reference((key + k * G) & _M64), T)
+            pos = below_reference(mix64_reference((key + k * G) & M64), T)
         zu, zv = table[pos:pos + d + 1].astype(np.float64), table[pos + d + 1:pos + 2 * d + 2].astype(np.float64)
         raw = mu + U[i] @ V[j] + (b[i] + c[j] if use_bias else 0.0)
         e = rating[k] - min(max(raw, lo), hi)
@@ -459,14 +407,14 @@ def local_user_fit(train: Ratings,  # each user's own ratings (all of them: the 
 
 # %% ../nbs/07_sgld.ipynb #e8427c95
 def _audit_note() -> str:
-    "The audit of §9–10 (a toy model, not this run) from the results file, or that there is none."
+    "The audit of 07a_sgld_checks §3–4 (a toy model, not this run) from the results file, or that there is none."
     try:
         from dpmf_lit.results import load_record
         audit = load_record("sgld-audit")["numbers"]["sgld"]
         found = ", ".join(f"ε̂ ≥ {v:.2g} at claimed {k.replace('eps', 'ε')}" for k, v in audit["by_epsilon"].items())
         return (f"SGLD approximation audited on a small model, not on this run (d = 1, one item, η = {audit['eta']:g}, "
                 f"{audit['epochs']} epochs, {audit['runs']} runs per neighbour: {found}; {audit['confidence']:.0%} confidence; "
-                f"ε̂ = 0 means the audit had no power; 07_sgld §10)")
+                f"ε̂ = 0 means the audit had no power; 07a_sgld_checks §4)")
     except (FileNotFoundError, ValueError, KeyError, TypeError, AttributeError):
         return "SGLD approximation not audited in this results file"
 
@@ -485,218 +433,6 @@ def _sgld_report(self: SGLD, p: dict, w: np.ndarray) -> PrivacyReport:
              "the per-epoch training history and hyperparameters tuned on the data are not covered")
     return PrivacyReport(released=("V",), unit=unit, epsilon=float(eps_w.max()), delta=0.0,
                          method="one posterior sample (Wang et al. 2015) by SGLD", notes=notes, scope=scope)
-
-# %% ../nbs/07_sgld.ipynb #3a26fcba
-@dataclass
-class TinyMF:
-    "The honest-gap model: d = 1, one item, user i gives one rating r_i; released (v, c); u_i (and b_i) integrated out."
-    ratings: np.ndarray           # (n,) one rating per user (tau = 1)
-    gamma: float                  # likelihood power (temperature 1/gamma), e.g. ops_likelihood_scale(eps, B, ..., 'one_sided')
-    weights: np.ndarray | None = None  # per-user weights w_i in [0, 1] (None: all 1)
-    lambda_r: float = 1.0         # rating precision in the likelihood
-    lambda_u: float = 1.0         # prior precision of u_i
-    lambda_v: float = 1.0         # prior precision of v
-    lambda_b: float = 1.0         # prior precision of the item bias c
-    r_min: float = 1.0
-    r_max: float = 5.0
-    mu: float | None = None       # public offset (None: midpoint)
-    bias: bool = True             # release (and sample) the item bias c; False: c = 0
-    user_bias: bool = False       # sample user biases b_i ~ N(0, 1/lambda_b) too (integrated out with u_i)
-
-    def __post_init__(self):
-        self.ratings = np.asarray(self.ratings, np.float64).ravel()
-        if self.ratings.size == 0 or not np.all((self.ratings >= self.r_min) & (self.ratings <= self.r_max)):
-            raise ValueError(f"ratings={self.ratings} must be non-empty and in [{self.r_min}, {self.r_max}]")
-        check_positive("gamma", self.gamma)
-        for k in ("lambda_r", "lambda_u", "lambda_v", "lambda_b"): check_positive(k, getattr(self, k))
-        self.weights = np.ones_like(self.ratings) if self.weights is None else _weights(self.weights)
-        if self.weights.shape != self.ratings.shape: raise ValueError(f"weights must have shape {self.ratings.shape}; got {self.weights.shape}")
-        if self.mu is None: self.mu = (self.r_min + self.r_max) / 2
-
-    def replace(self, i: int, rating: float, weight: float | None = None) -> "TinyMF":
-        "The neighbour with user i's rating (and weight) replaced."
-        r = self.ratings.copy(); w = self.weights.copy(); r[i] = rating
-        if weight is not None: w[i] = weight
-        return TinyMF(**{**self.__dict__, "ratings": r, "weights": w})
-
-# %% ../nbs/07_sgld.ipynb #d5755c7b
-def _grid(half_width: float, n: int) -> np.ndarray:
-    return np.linspace(-half_width, half_width, check_int("grid", n, 3))
-
-def _user_marginal(model: TinyMF, v, c, z, log_q, r, w):
-    """log E exp(gamma w l(r, mu + c + s)) on the (v, c) grid, s = u v (+ b) ~ N(0, v^2/lambda_u (+ 1/lambda_b)),
-    by quadrature over standard normal nodes z with log weights log_q."""
-    out = np.empty((len(v), len(c)))
-    for a, va in enumerate(v):
-        sd = math.sqrt(va * va / model.lambda_u + (1 / model.lambda_b if model.user_bias else 0.0))
-        ll = clipped_loglik(r, model.mu + c[:, None] + z[None, :] * sd, model.lambda_r, model.r_min, model.r_max)
-        out[a] = np.logaddexp.reduce(log_q[None, :] + model.gamma * w * ll, axis=1)
-    return out
-
-def _cell_cdf(g, p, x):
-    if len(g) == 1: return (np.asarray(x) >= g[0]).astype(np.float64)
-    h = g[1] - g[0]
-    return np.interp(x, np.concatenate([[g[0] - h / 2], g + h / 2]), np.concatenate([[0.0], np.cumsum(p)]))
-
-# %% ../nbs/07_sgld.ipynb #34f743c7
-@dataclass
-class TinyPosterior:
-    "Exact posterior of the released (v, c) of a `TinyMF` on a grid: cell probabilities, piecewise-constant density."
-    v: np.ndarray                 # (Gv,) cell centres for v
-    c: np.ndarray                 # (Gc,) cell centres for c (one cell at 0 without bias)
-    log_p: np.ndarray             # (Gv, Gc) log cell probabilities (sum to 1)
-
-    @property
-    def p_v(self) -> np.ndarray: return np.exp(np.logaddexp.reduce(self.log_p, axis=1))
-    @property
-    def p_c(self) -> np.ndarray: return np.exp(np.logaddexp.reduce(self.log_p, axis=0))
-
-    def cdf_v(self, x) -> np.ndarray:
-        "Exact CDF of the marginal of v (linear inside each cell)."
-        return _cell_cdf(self.v, self.p_v, x)
-
-    def cdf_c(self, x) -> np.ndarray:
-        "Exact CDF of the marginal of c (a step at 0 without bias)."
-        return _cell_cdf(self.c, self.p_c, x)
-
-    def cell(self, v, c):
-        "Indices of the cells that hold the points (v, c) (clamped to the grid)."
-        def idx(g, x):
-            if len(g) == 1: return np.zeros(np.shape(x), np.int64)
-            return np.clip(np.rint((np.asarray(x) - g[0]) / (g[1] - g[0])), 0, len(g) - 1).astype(np.int64)
-        return idx(self.v, v), idx(self.c, c)
-
-    def log_density(self, v, c) -> np.ndarray:
-        "log density of the piecewise-constant posterior at (v, c), up to the (shared) cell volume."
-        a, b = self.cell(v, c)
-        return self.log_p[a, b]
-
-    def sample(self, n: int, seed) -> tuple:
-        "n exact draws of (v, c): a cell by its probability (inverse CDF), then uniform inside it."
-        rng = np.random.default_rng(seed); n = check_int("n", n, 1)
-        cdf = np.cumsum(np.exp(self.log_p.ravel())); cdf /= cdf[-1]
-        k = np.minimum(np.searchsorted(cdf, rng.random(n), side="right"), cdf.size - 1)
-        a, b = np.unravel_index(k, self.log_p.shape)
-        hv = self.v[1] - self.v[0]; hc = self.c[1] - self.c[0] if len(self.c) > 1 else 0.0
-        return self.v[a] + hv * (rng.random(n) - 0.5), self.c[b] + hc * (rng.random(n) - 0.5)
-
-# %% ../nbs/07_sgld.ipynb #5a48fc24
-def tiny_posterior(model: TinyMF,     # the data and the model
-                   grid: int = 161,   # cells per released coordinate
-                   quad: int = 241,   # quadrature points for each user's integral
-                   width: float = 6.0, # the grid covers +- width prior standard deviations
-                  ) -> TinyPosterior:
-    "Exact posterior of (v, c): prior times prod_i int prior(u_i, b_i) exp(gamma w_i l_i) du_i db_i, on a grid."
-    v = _grid(width / math.sqrt(model.lambda_v), grid)
-    c = _grid(width / math.sqrt(model.lambda_b), grid) if model.bias else np.zeros(1)
-    z = _grid(width + 1, quad)
-    log_q = stats.norm.logpdf(z); log_q -= np.logaddexp.reduce(log_q)
-    lp = (stats.norm(scale=1 / math.sqrt(model.lambda_v)).logpdf(v)[:, None]
-          + (stats.norm(scale=1 / math.sqrt(model.lambda_b)).logpdf(c)[None, :] if model.bias else 0.0))
-    pairs, counts = np.unique(np.stack([model.ratings, model.weights], 1), axis=0, return_counts=True)
-    for (r, w), k in zip(pairs, counts): lp = lp + k * _user_marginal(model, v, c, z, log_q, r, w)
-    return TinyPosterior(v, c, lp - np.logaddexp.reduce(lp.ravel()))
-
-# %% ../nbs/07_sgld.ipynb #15ade9a7
-def tiny_sgld(model: TinyMF,      # the data and the model
-              eta,                # step size eta_t: a number, or one per epoch
-              epochs: int,        # epochs (one Langevin step of every parameter each)
-              n_chains: int,      # independent chains (independent runs of the release), simulated side by side
-              seed: int,          # seed of the initialisation, the orders and the noise
-              snapshots=None,     # None: return the last (v, c); a list of epochs: [(v, c) after each of them]
-             ):
-    """Reference SGLD for `TinyMF`, the per-rating update of §5 (exact prior moves split over the visits; numpy, seeded):
-    each chain starts from the prior, visits the ratings in a fresh random order every epoch, returns its last (v, c)."""
-    epochs = check_int("epochs", epochs, 1); C = check_int("n_chains", n_chains, 1)
-    keep = sorted({check_int("snapshots", e, 1) for e in snapshots}) if snapshots is not None else [epochs]
-    if keep[-1] > epochs: raise ValueError(f"snapshots={snapshots!r} must be <= epochs={epochs}")
-    etas = np.broadcast_to(np.asarray(eta, np.float64), (epochs,))
-    if not np.all(np.isfinite(etas) & (etas > 0)): raise ValueError(f"eta={eta!r} must be > 0")
-    rng = np.random.default_rng(seed); M = model
-    R, W = M.ratings, M.weights; n = len(R); m = n                   # n_i = 1, m_j = n (one item)
-    u = rng.standard_normal((C, n)) / math.sqrt(M.lambda_u)
-    v = rng.standard_normal(C) / math.sqrt(M.lambda_v)
-    c = rng.standard_normal(C) / math.sqrt(M.lambda_b) if M.bias else np.zeros(C)
-    b = rng.standard_normal((C, n)) / math.sqrt(M.lambda_b) if M.user_bias else np.zeros((C, n))
-    rows, out = np.arange(C), []
-    ou = lambda h, lam, visits: (math.exp(-h * lam / (2 * visits)), math.sqrt(-math.expm1(-h * lam / visits) / lam))
-    for t in range(epochs):
-        h = etas[t]; order = np.argsort(rng.random((C, n)), axis=1)
-        (au, su), (ab, sb), (av, sv), (ac, sc) = ou(h, M.lambda_u, 1), ou(h, M.lambda_b, 1), ou(h, M.lambda_v, m), ou(h, M.lambda_b, m)
-        for s in range(n):
-            i = order[:, s]; ui = u[rows, i]; bi = b[rows, i]
-            x = M.mu + bi + c + ui * v
-            ge = M.gamma * W[i] * M.lambda_r * ((x >= M.r_min) & (x <= M.r_max)) * (R[i] - np.clip(x, M.r_min, M.r_max))
-            xi = rng.standard_normal((4 if M.user_bias else 3, C))
-            u[rows, i] = au * ui + h / 2 * ge * v + su * xi[0]
-            if M.user_bias: b[rows, i] = ab * bi + h / 2 * ge + sb * xi[3]
-            v = av * v + h / 2 * ge * ui + sv * xi[1]
-            if M.bias: c = ac * c + h / 2 * ge + sc * xi[2]
-        if t + 1 in keep: out.append((v.copy(), c.copy()))
-    return out[-1] if snapshots is None else out
-
-# %% ../nbs/07_sgld.ipynb #970c8ae9
-def ks_distance(x, cdf) -> float:
-    "Kolmogorov-Smirnov distance sup |F_n - F| of the samples x from the exact CDF `cdf`."
-    x = np.sort(np.asarray(x, np.float64)); n = len(x); F = cdf(x)
-    return float(max(np.max(np.arange(1, n + 1) / n - F), np.max(F - np.arange(n) / n)))
-
-# %% ../nbs/07_sgld.ipynb #06e442d6
-def clopper_pearson(k, n, alpha: float):
-    "Exact one-sided (1 - alpha) bounds (lower, upper) on a binomial proportion with k successes in n trials."
-    k = np.asarray(k, np.float64); n = np.asarray(n, np.float64)
-    lo = np.where(k > 0, stats.beta.ppf(alpha, k, n - k + 1), 0.0)
-    hi = np.where(k < n, stats.beta.ppf(1 - alpha, k + 1, n - k), 1.0)
-    return lo, hi
-
-@dataclass
-class Audit:
-    "Result of `audit_epsilon`."
-    epsilon: float          # lower bound on epsilon, holding with probability >= confidence
-    estimate: float         # point estimate log(TPR / FPR) at the chosen test on the held-out half
-    threshold: float        # the chosen threshold t
-    test: str               # which event and direction: e.g. 'P_D(s > t) / P_D2(s > t)'
-    tpr: tuple              # (count, n) of the event under the numerator's data set, held-out half
-    fpr: tuple              # (count, n) under the denominator's
-    confidence: float
-
-# %% ../nbs/07_sgld.ipynb #35aa252f
-def audit_epsilon(scores,               # statistic of each run of the release on D (1-D array, one value per seeded run)
-                  scores_neighbour,     # the same statistic of each run on the neighbour D'
-                  confidence: float = 0.95,  # probability with which the returned bound holds
-                  select_fraction: float = 0.5,  # share of the runs used to choose the test; the rest estimate it
-                  n_thresholds: int = 101,  # candidate thresholds (quantiles of the selection half)
-                  seed: int = 0,        # seed of the split into selection and estimation halves
-                 ) -> Audit:
-    """Empirical lower bound on epsilon from a threshold test: on a selection half choose the threshold t and the test
-    (event s > t or s <= t, either data set in the numerator) with the largest log(TPR / FPR); on the other half
-    eps_lo = log(TPR_lo / FPR_hi) with one-sided Clopper-Pearson bounds at (1 - confidence) / 2 each (union bound)."""
-    s1, s2 = (np.asarray(s, np.float64).ravel() for s in (scores, scores_neighbour))
-    if not (0 < confidence < 1): raise ValueError(f"confidence={confidence} must be in (0, 1)")
-    if not (0 < select_fraction < 1): raise ValueError(f"select_fraction={select_fraction} must be in (0, 1)")
-    if min(len(s1), len(s2)) < 4: raise ValueError(f"need >= 4 runs on each data set; got {len(s1)} and {len(s2)}")
-    rng = np.random.default_rng(seed)
-    def split(s):
-        s = rng.permutation(s); k = int(round(select_fraction * len(s))); return s[:k], s[k:]
-    (a_sel, a_est), (b_sel, b_est) = split(s1), split(s2)
-    ts = np.unique(np.quantile(np.concatenate([a_sel, b_sel]), np.linspace(0, 1, n_thresholds)))
-    def rates(a, b):  # per threshold and test: counts under the numerator and the denominator data set
-        ga = (a[None, :] > ts[:, None]).sum(1); gb = (b[None, :] > ts[:, None]).sum(1)
-        return [(ga, len(a), gb, len(b)), (len(a) - ga, len(a), len(b) - gb, len(b)),
-                (gb, len(b), ga, len(a)), (len(b) - gb, len(b), len(a) - ga, len(a))]
-    names = ["P_D(s > t) / P_D2(s > t)", "P_D(s <= t) / P_D2(s <= t)", "P_D2(s > t) / P_D(s > t)", "P_D2(s <= t) / P_D(s <= t)"]
-    best, pick = -np.inf, (0, 0)
-    alpha = (1 - confidence) / 2
-    for j, (k1, n1, k2, n2) in enumerate(rates(a_sel, b_sel)):   # choose the test with the best bound on the selection half
-        lo, _ = clopper_pearson(k1, n1, alpha); _, hi = clopper_pearson(k2, n2, alpha)
-        val = np.log(np.maximum(lo, 1e-300) / hi)
-        if val.max() > best: best, pick = val.max(), (j, int(np.argmax(val)))
-    j, q = pick
-    k1, n1, k2, n2 = (np.atleast_1d(x)[q] if np.ndim(x) else x for x in rates(a_est, b_est)[j])
-    lo, _ = clopper_pearson(k1, n1, alpha); _, hi = clopper_pearson(k2, n2, alpha)
-    eps = float(np.log(lo / hi)) if lo > 0 else 0.0
-    est = float(np.log(max(k1, 0.5) / n1) - np.log(max(k2, 0.5) / n2))
-    return Audit(max(eps, 0.0), est, float(ts[q]), names[j], (int(k1), int(n1)), (int(k2), int(n2)), confidence)
 
 # %% ../nbs/07_sgld.ipynb #53f0687d
 def bench_epoch(r: Ratings,               # the ratings

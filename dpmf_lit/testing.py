@@ -11,9 +11,9 @@ import math
 import numpy as np
 
 # %% auto #0
-__all__ = ['ACCEPT', 'REJECT', 'tiny_problem', 'small_split', 'ks_p', 'independence_p', 'sgd_reference', 'blocks_visit_order',
-           'balanced_groups_reference', 'shuffle_reference', 'blocks_reference', 'objective_reference',
-           'gradient_reference', 'als_reference']
+__all__ = ['M64', 'tiny_problem', 'small_split', 'sgd_reference', 'blocks_visit_order', 'balanced_groups_reference',
+           'mix64_reference', 'stream_reference', 'below_reference', 'shuffle_reference', 'blocks_reference',
+           'objective_reference', 'gradient_reference', 'als_reference']
 
 # %% ../nbs/96_testing.ipynb #6f704b2d
 def tiny_problem(n_users: int = 30,      # users (rows of U)
@@ -42,24 +42,6 @@ def small_split(seed: int = 1):
     from dpmf_lit.data import random_split, synthetic
     return random_split(synthetic(300, 200, 12000, rank=5, noise=0.3, seed=seed), 0.2, seed=0)
 
-# %% ../nbs/96_testing.ipynb #448cbe0b
-ACCEPT = 1e-3        # a correct sampler must not be rejected at this level (fixed seeds: deterministic)
-REJECT = 1e-6        # a wrong sampler must be rejected at this level
-
-def ks_p(x, cdf) -> float:
-    "Kolmogorov–Smirnov p-value of the draws `x` (any shape) against the distribution function `cdf`."
-    from scipy import stats
-    return stats.kstest(np.asarray(x, dtype=np.float64).ravel(), cdf).pvalue
-
-def independence_p(x, y, bins: int = 8) -> float:
-    "Chi-square test of independence of `x` and `y` on `bins` x `bins` quantile bins."
-    from scipy import stats
-    qx = np.searchsorted(np.quantile(x, np.linspace(0, 1, bins + 1)[1:-1]), x)
-    qy = np.searchsorted(np.quantile(y, np.linspace(0, 1, bins + 1)[1:-1]), y)
-    table = np.zeros((bins, bins))
-    np.add.at(table, (qx, qy), 1)
-    return stats.chi2_contingency(table)[1]
-
 # %% ../nbs/96_testing.ipynb #988eee9c
 def sgd_reference(user, item, rating, order, U, V, b, c, mu, lr, reg, reg_bias, use_bias):
     "SGD over `order` in float64 numpy: returns new (U, V, b, c), inputs untouched."
@@ -87,25 +69,25 @@ def balanced_groups_reference(counts, n_groups: int, rng):
         g = int(np.argmin(load)); group[r] = g; load[g] += counts[r]
     return group
 
-_M64 = (1 << 64) - 1
-def _mix64_reference(z: int) -> int:
+M64 = (1 << 64) - 1
+def mix64_reference(z: int) -> int:
     "splitmix64's finaliser on Python ints."
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
     return z ^ (z >> 31)
 
-def _stream_reference(seed: int, s: int) -> int: return _mix64_reference(seed ^ _mix64_reference((s + 0x9E3779B97F4A7C15) & _M64))
-def _below_reference(x: int, m: int) -> int: return min(int(float(x >> 11) * 2.0 ** -53 * m), m - 1)
+def stream_reference(seed: int, s: int) -> int: return mix64_reference(seed ^ mix64_reference((s + 0x9E3779B97F4A7C15) & M64))
+def below_reference(x: int, m: int) -> int: return min(int(float(x >> 11) * 2.0 ** -53 * m), m - 1)
 
 # %% ../nbs/96_testing.ipynb #c5e93b02
 def shuffle_reference(arrays, ptr, seed: int):
     "Fisher-Yates inside each segment [ptr[s], ptr[s+1]) with stream s of `seed`, as `shuffle_segments`; new arrays."
     arrays = [a.copy() for a in arrays]
     for s in range(len(ptr) - 1):
-        start, state = int(ptr[s]), _stream_reference(seed, s)
+        start, state = int(ptr[s]), stream_reference(seed, s)
         for k in range(int(ptr[s + 1]) - 1, start, -1):
-            state = (state + 0x9E3779B97F4A7C15) & _M64
-            j = start + _below_reference(_mix64_reference(state), k - start + 1)
+            state = (state + 0x9E3779B97F4A7C15) & M64
+            j = start + below_reference(mix64_reference(state), k - start + 1)
             for a in arrays: a[[k, j]] = a[[j, k]]
     return arrays
 
@@ -123,7 +105,7 @@ def blocks_reference(user, item, rating, n_users: int, n_items: int, G: int, see
         n_sub, sub = 1, 0
     else:
         seed2, n_sub = int(rng.integers(2**63)), max(1, len(user) // (G * G * sub_bucket))
-        sub = np.array([_below_reference(_stream_reference(seed2, k), n_sub) for k in range(len(user))]) if n_sub > 1 else 0
+        sub = np.array([below_reference(stream_reference(seed2, k), n_sub) for k in range(len(user))]) if n_sub > 1 else 0
     key = (ug[arrays[0]] * G + ig[arrays[1]]) * n_sub + sub
     o = np.argsort(key, kind="stable")
     ptr = np.concatenate([[0], np.cumsum(np.bincount(key, minlength=G * G * n_sub))]).astype(np.int64)

@@ -7,7 +7,7 @@ import ctypes, importlib.util, math, multiprocessing, time
 import numpy as np
 import pytest
 
-from dpmf_lit import bench
+from dpmf_lit import bench, machine, reference_engines
 from dpmf_lit.bench import ENGINES, bench_ratios, format_table, run_bench
 
 REQUIRED = {"engine": str, "dataset": str, "d": int, "threads": int, "updates_per_s": float,
@@ -114,7 +114,7 @@ def test_bad_arguments_are_named(kwargs, match):
 
 
 def test_cache_sizes_are_positive():
-    for level, size in bench.cache_sizes().items():
+    for level, size in machine.cache_sizes().items():
         assert level.startswith("L") and size > 0
 
 
@@ -162,7 +162,7 @@ def any_engine(monkeypatch):
 
 @needs_fork
 def test_hanging_reference_engine_becomes_a_failed_row_and_the_run_goes_on(monkeypatch, any_engine):
-    monkeypatch.setattr(bench, "_bench_libmf", _stuck)
+    monkeypatch.setattr(reference_engines, "_bench_libmf", _stuck)
     t0 = time.perf_counter()
     with pytest.warns(UserWarning, match="libmf d=8 threads=1 failed: no result in 1 s on 2 tries"):
         rows = run_bench(quick=True, engines=("libmf", "dpmf-sgd"), threads=(1,), engine_timeout=1.0, progress=False)
@@ -183,7 +183,7 @@ def test_a_hang_is_retried_once(monkeypatch, any_engine, tmp_path):
             flag.touch()
             _stuck()
         return _fake_row(threads=threads)
-    monkeypatch.setattr(bench, "_bench_libmf", hang_first_time)
+    monkeypatch.setattr(reference_engines, "_bench_libmf", hang_first_time)
     rows = run_bench(quick=True, engines=("libmf",), threads=(1,), engine_timeout=2.0, progress=False)
     assert len(rows) == 1 and rows[0]["attempts"] == 2 and rows[0]["updates_per_s"] == 1e6
     assert "hung 1x" in rows[0]["note"] and "error" not in rows[0]
@@ -192,17 +192,17 @@ def test_a_hang_is_retried_once(monkeypatch, any_engine, tmp_path):
 @needs_fork
 def test_reference_engine_error_becomes_a_failed_row(monkeypatch, any_engine):
     def boom(*args, **kwargs): raise RuntimeError("boom")
-    monkeypatch.setattr(bench, "_bench_surprise", boom)
+    monkeypatch.setattr(reference_engines, "_bench_surprise", boom)
     with pytest.warns(UserWarning, match="RuntimeError: boom"):
         rows = run_bench(quick=True, engines=("surprise-svd",), threads=(1,), progress=False)
     assert rows[0]["error"] == "RuntimeError: boom" and rows[0]["attempts"] == 1 and rows[0]["updates_per_s"] is None
 
 
 def test_reference_row_time_limit_grows_with_the_work():
-    small = bench._row_timeout("libmf", 20_000, 8, 2, 1, 1_000_000)
-    large = bench._row_timeout("libmf", 20_000_000, 64, 3, 2, 1_000_000)
+    small = reference_engines._row_timeout("libmf", 20_000, 8, 2, 1, 1_000_000)
+    large = reference_engines._row_timeout("libmf", 20_000_000, 64, 3, 2, 1_000_000)
     assert 30 <= small < 31 and large > 10 * small
-    assert bench._row_timeout("surprise-svd", 20_000_000, 64, 3, 2, 1_000_000) < large   # Surprise runs on a subsample
+    assert reference_engines._row_timeout("surprise-svd", 20_000_000, 64, 3, 2, 1_000_000) < large   # Surprise runs on a subsample
 
 
 @pytest.mark.parametrize("kwargs, match", [(dict(engine_timeout=0), "engine_timeout=0"),

@@ -13,7 +13,7 @@ from dpmf_lit.gauss import (GaussMF, clip_rows_kernel, gauss_epsilons, gauss_ite
                             mugdho_imtiaz_epsilon, mugdho_imtiaz_slice, neighbour_sensitivity, user_epsilon)
 from dpmf_lit.privacy import (PrivacyAccountant, classic_noise_multiplier, dp_accounting_pld_epsilon,
                               dp_accounting_rdp_epsilon)
-from dpmf_lit.testing import ACCEPT, REJECT, ks_p
+from dpmf_lit.stats import ACCEPT, REJECT, ks_p
 
 
 def dense_problem(seed=0, nm=8, nu=11, n=4):

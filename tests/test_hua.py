@@ -11,16 +11,17 @@ from dpmf_lit.data import Ratings, random_split, synthetic
 from dpmf_lit.mf import PMF, get_mechanism
 from dpmf_lit.hua import (HuaDPMF, clip_rows, gd_item_factors, item_degrees, item_normal_equations, privacy_loss,
                           rating_sensitivity, sample_item_noise, share_scale, solve_item_factors)
-from dpmf_lit.hua_protocol import (FixedPoint, HuaProtocol, ProbingRecommender, ZeroProbeRecommender,
-                                   assert_recommender_blind, communication_per_iteration, difference_attack,
-                                   online_set_attack, recommender_view_epsilon, run_protocol, noise_shares, conditional_mu,
-                                   traffic_per_iteration, uniformity_pvalues)
+from dpmf_lit.hua_protocol import (FixedPoint, HuaProtocol, communication_per_iteration, recommender_view_epsilon,
+                                   run_protocol, noise_shares, conditional_mu, traffic_per_iteration)
+from dpmf_lit.hua_attacks import (ProbingRecommender, ZeroProbeRecommender, assert_recommender_blind, difference_attack,
+                                  online_set_attack)
+from dpmf_lit.stats import uniformity_pvalues
 from dpmf_lit.privacy import l2_laplace_noise, laplace_noise
 from dpmf_lit import hua, hua_protocol
 
+from dpmf_lit.stats import ACCEPT, REJECT, independence_p, ks_p
 
 N = 100_000          # draws per statistical test of the noise shares
-from dpmf_lit.testing import ACCEPT, REJECT, independence_p, ks_p
 
 
 @pytest.fixture(scope="module")
@@ -363,7 +364,7 @@ def test_protocol_progress_bar(capsys):
 
 def test_honest_but_curious_recommender_recovers_ratings_in_scenario3():
     "No probe needed: past k_j(d+1)+1 iterations the regression on z_i(t) v_j(t), z_i(t) returns r_ij u_i; fresh noise slows it."
-    from dpmf_lit.hua_protocol import honest_online_set_attack
+    from dpmf_lit.hua_attacks import honest_online_set_attack
     r = synthetic(120, 12, 500, rank=3, seed=5)
     U = clip_rows(np.random.default_rng(3).standard_normal((r.n_users, 3)) * 0.6)
     run = run_protocol(r, U, 1.0, reg=5.0, iters=300, scenario=3, p_online=0.5, seed=1)    # the default, honest recommender

@@ -362,7 +362,7 @@ def test_random_layout_order_inside_a_block_is_uniform(monkeypatch):
     chi-square over 4,000 seeds of where rating 0 lands among 40 (with 4 sub-buckets of ~10)."""
     from scipy import stats
     import dpmf_lit.kernels as K
-    from dpmf_lit.testing import ACCEPT, REJECT
+    from dpmf_lit.stats import ACCEPT, REJECT
     monkeypatch.setattr(K, "SUB_BUCKET", 10)
     user, item, rating = np.zeros(40, np.int32), np.zeros(40, np.int32), np.arange(40, dtype=np.float32)
     pos = [int(np.flatnonzero(prepare_sgd_blocks(user, item, rating, 1, 1, seed=s, layout="random").rating == 0)[0])

@@ -10,7 +10,8 @@ from scipy import stats
 
 from dpmf_lit.data import Ratings
 from dpmf_lit import pdp as P
-from dpmf_lit.testing import ACCEPT, REJECT, independence_p, ks_p, small_split
+from dpmf_lit.stats import ACCEPT, REJECT, independence_p, ks_p
+from dpmf_lit.testing import small_split
 
 N = 100_000
 

@@ -16,7 +16,7 @@ from dpmf_lit import sgld as S   # one posterior sample lives with its paper (th
 from dpmf_lit.gauss import mugdho_imtiaz_epsilon   # the closed form lives with its paper (nbs/06_gaussian_mf)
 
 N = 100_000          # draws per statistical test
-from dpmf_lit.testing import ACCEPT, REJECT, independence_p, ks_p
+from dpmf_lit.stats import ACCEPT, REJECT, independence_p, ks_p
 
 
 # ---------------------------------------------------------------- scalar samplers

@@ -10,7 +10,7 @@ from scipy import stats
 
 from dpmf_lit.data import random_split, synthetic
 from dpmf_lit.mechanism import get_mechanism
-from dpmf_lit.testing import ACCEPT, REJECT
+from dpmf_lit.stats import ACCEPT, REJECT
 from dpmf_lit.xin import (MODES, WEIGHTS, XinPublicPrivate, e_step, eq4_direct, fit_sigma, holdout_rows, item_means,
                           laplace_response, local_factor, m_step, m_step_lowrank, m_step_top, objective, pmc_response, pmd_candidates, pmd_response,
                           soft_impute, sslp_constant, sslp_response, trace_weights, user_rows)
