@@ -432,6 +432,40 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path, jobs):
     assert "interrupted" in err
 
 
+def test_an_interrupted_entry_leaves_no_task_exception_for_asyncio_to_print(tmp_path, monkeypatch, caplog):
+    """A Ctrl-C (a pool worker's SIGTERM) lands inside nbclient's event loop and leaves the cell's tasks pending;
+    papermill's cleanup then runs that loop again to shut the kernel down. When the kernel watcher (a 1-s poll)
+    saw the kernel gone before the cleanup ended, as on a loaded machine, the cell's task ended with a
+    DeadKernelError nobody retrieved, and asyncio printed "Task exception was never retrieved" and a traceback
+    on the terminal. A cleanup slowed down after the kernel has died makes that race certain here."""
+    import asyncio, gc, logging, signal, threading, time
+    from jupyter_client.manager import AsyncKernelManager
+    from dpmf_lit.reproduce import _task
+    m = sleepy_manifest(tmp_path)
+    s = tmp_settings(tmp_path, m)
+    task = _task(load_manifest(settings=s)[0], "smoke", s)
+    cleanup = AsyncKernelManager.cleanup_resources
+    async def slow_cleanup(self, *a, **kw):  # runs after the kernel is shut down: its watcher wakes meanwhile
+        await asyncio.sleep(2.5)
+        return await cleanup(self, *a, **kw)
+    monkeypatch.setattr(AsyncKernelManager, "cleanup_resources", slow_cleanup)
+
+    def interrupt(signum, frame): raise KeyboardInterrupt
+    def send():  # once the long cell runs, interrupt the main thread the way Ctrl-C would
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "started0").exists() and time.monotonic() < deadline: time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGUSR1)
+    old = signal.signal(signal.SIGUSR1, interrupt)
+    caplog.set_level(logging.ERROR, logger="asyncio")
+    try:
+        threading.Thread(target=send, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt): run_entry(task)
+    finally: signal.signal(signal.SIGUSR1, old)
+    gc.collect()  # a finished task logs its unretrieved exception when it is collected
+    printed = [r.getMessage() for r in caplog.records if r.name == "asyncio"]
+    assert not printed, printed
+
+
 def test_unreachable_dask_scheduler_fails_fast(three):
     import socket, time
     from dpmf_lit.checks import UserError
