@@ -7,10 +7,11 @@ CONSTRAINTS := .ci/constraints.txt
 PROFILE ?= quick
 JOBS    ?= 1
 
-.PHONY: install reproduce test test-fast check-reproduction docs preview readme export clean-nbs bench lock help
+.PHONY: install reproduce test test-fast test-slow check-reproduction docs preview readme export clean-nbs bench lock help
 help:
 	@echo "make reproduce   create .venv, install, fetch MovieLens 100K, regenerate every figure (PROFILE=$(PROFILE))"
 	@echo "make test        create .venv if needed, install, run every test"
+	@echo "make test-fast   the tests not marked slow (a few minutes, while working); make test-slow: the others"
 	@echo "make check-reproduction  before a release: a fresh clone reproduces every quick number, then passes make test"
 	@echo "make docs        process and check the notebooks, render the site with Quarto where it is installed"
 	@echo "make preview     the site as offline HTML in site-preview/, math typeset by a local MathJax (no Quarto needed)"
@@ -33,13 +34,21 @@ reproduce: install
 	$(BIN)/dpmf data fetch ml-100k
 	$(BIN)/dpmf reproduce --profile $(PROFILE) --jobs $(JOBS)
 
+# Every test: the notebooks' own tests, then both lanes of the test suite.
 test: install
 	$(BIN)/dpmf data fetch ml-100k
 	$(BIN)/nbdev-test --n-workers 2
 	$(BIN)/python -m pytest
 
+# The fast lane, while working (a few minutes on 2 cores): every test not marked slow.
 test-fast: install
+	$(BIN)/dpmf data fetch ml-100k
 	$(BIN)/python -m pytest -m "not slow"
+
+# The slow lane alone: the smoke batch, paper profiles on fixtures, the site, the wheel, the backends.
+test-slow: install
+	$(BIN)/dpmf data fetch ml-100k
+	$(BIN)/python -m pytest -m slow
 
 # A fresh clone of HEAD (default under ~/.cache/dpmf-lit/): make reproduce, --status, --compare HEAD, make test.
 check-reproduction:

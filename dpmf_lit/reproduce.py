@@ -78,12 +78,29 @@ def _kernel_config() -> dict:
     from traitlets.config import Config
     return {"config": Config({"KernelManager": {"transport": "ipc"}})}
 
+async def _end_cell_tasks():
+    """Cancel nbclient's tasks that still wait on the kernel (those of a cell a Ctrl-C interrupted) and collect
+    their outcome, so that none ends later with an exception asyncio would print as never retrieved."""
+    import asyncio
+    me = asyncio.current_task()
+    left = [t for t in asyncio.all_tasks() if t is not me
+            and getattr(t.get_coro(), "__qualname__", "").startswith("NotebookClient.")]
+    for t in left: t.cancel()
+    await asyncio.gather(*left, return_exceptions=True)
+
 def _kernel_manager_class(stderr_path):
-    "A kernel manager whose kernel process writes its stderr to `stderr_path` (the entry's log), not the terminal."
+    """A kernel manager whose kernel process writes its stderr to `stderr_path` (the entry's log), not the terminal,
+    and which ends an interrupted cell's tasks before it shuts the kernel down (see *Interrupts* below)."""
     from jupyter_client.manager import AsyncKernelManager
     class LoggedKernelManager(AsyncKernelManager):
         async def start_kernel(self, **kw):
             with open(stderr_path, "ab") as f: return await super().start_kernel(stderr=f, **kw)
+        async def shutdown_kernel(self, *a, **kw):
+            await _end_cell_tasks()
+            return await super().shutdown_kernel(*a, **kw)
+        async def cleanup_resources(self, *a, **kw):  # nbclient's cleanup of a kernel that had already died
+            await _end_cell_tasks()
+            return await super().cleanup_resources(*a, **kw)
     return LoggedKernelManager
 
 # %% ../nbs/92_reproduce.ipynb #66dd6333

@@ -27,6 +27,7 @@ def test_fit_json_contract():
     assert rep["privacy"]["epsilon"] is None and rep["parameters"]["d"] == 4
 
 
+@pytest.mark.slow
 def test_fit_is_deterministic_and_seeded():
     args = ("fit", "pmf", "--dataset", SMALL, "--set", "d=4", "--set", "epochs=5", "--set", "threads=1", "--json")
     a, b = json.loads(dpmf(*args).stdout), json.loads(dpmf(*args).stdout)

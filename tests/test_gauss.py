@@ -237,6 +237,7 @@ def test_movielens_1m_fixture_is_used_whole(tmp_path):
 
 
 # ------------------------------------------------------------- paper-profile entries, end to end on fixtures
+@pytest.mark.slow
 def test_paper_profile_entries_run_on_fixtures(tmp_path, monkeypatch):
     "The manifest's paper entries for Figs. 1-3 on ML-1M, Netflix and AnimeReco, run by `reproduce` on fixture files."
     import json, shutil

@@ -177,6 +177,7 @@ def _git_status(root):
     return p.stdout.splitlines() if p.returncode == 0 else None
 
 
+@pytest.mark.slow
 def test_a_new_mechanism_module_is_fitted_listed_and_tested(tmp_path):
     "A module added to the package with @register_mechanism is found by the CLI, its help and the tests above."
     pkg = Path(dpmf_lit.__file__).parent

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 papermill = pytest.importorskip("papermill")
+pytestmark = pytest.mark.slow   # each test runs an experiment notebook end to end
 ROOT = Path(__file__).resolve().parents[1]
 ENTRIES = {e["id"]: e for e in json.loads((ROOT / "nbs/experiments/manifest.json").read_text())["entries"] if e["paper"] == "pdp"}
 

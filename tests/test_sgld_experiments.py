@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("papermill")
+pytestmark = pytest.mark.slow   # four experiment notebooks end to end
 ROOT = Path(__file__).resolve().parents[1]
 EXP = ROOT / "nbs" / "experiments"
 IDS = ("sgld-epochs", "sgld-table", "sgld-rmse-eps", "sgld-personal")

@@ -20,6 +20,7 @@ def proc():
     return site.process_site(root=ROOT)
 
 
+@pytest.mark.slow
 def test_site_pages_links_and_figures_resolve(proc):
     """Runs nbdev-proc-nbs (without its Quarto download) and checks every page, internal link and
     figure reference of the processed site."""
@@ -46,6 +47,7 @@ def _copy_project(dst: Path) -> Path:
     return dst
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_make_docs_works_under_a_dot_folder_without_quarto(tmp_path, monkeypatch, capsys):
     """A clone under ~/.cache/... : nbdev skips every path with a dot part, which left _proc/ with the
@@ -98,6 +100,7 @@ def _local_refs(html: str) -> list:
     return [r for r in refs if r and not re.match(r"^[a-z][a-z0-9+.-]*:", r, re.I)]
 
 
+@pytest.mark.slow
 def test_preview_pages_are_offline_without_front_matter_and_linked(preview_dir):
     pages = sorted(preview_dir.rglob("*.html"))
     assert len(pages) == len(PAGES)
@@ -121,6 +124,7 @@ def _chromium_or_skip():
         pytest.skip("no Chromium on PATH, so the preview cannot be opened in a browser (on Debian: apt-get install chromium)")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_preview_typesets_math_and_loads_every_figure_in_a_browser(preview_dir):
     _chromium_or_skip()

@@ -261,6 +261,7 @@ def _ml10m_fixture(path, n_users=520, n_items=150, seed=7):
     return path
 
 
+@pytest.mark.slow
 def test_paper_profile_on_an_ml10m_fixture(tmp_path):
     import json
     from pathlib import Path
