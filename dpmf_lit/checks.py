@@ -11,7 +11,7 @@ import numpy as np
 
 # %% auto #0
 __all__ = ['UserError', 'show', 'check_float', 'check_int', 'check_positive', 'check_fraction', 'check_bool', 'check_choice',
-           'check_seed', 'generator']
+           'check_seed', 'generator', 'check_unit_interval']
 
 # %% ../nbs/00_checks.ipynb #78c95eb7
 class UserError(Exception):
@@ -84,9 +84,23 @@ def check_choice(name: str, value, choices) -> str:
 def check_seed(name: str, value) -> int | np.random.Generator:
     "A seed: an integer >= 0 or a `numpy.random.Generator` (returned as is)."
     if isinstance(value, np.random.Generator): return value
-    return check_int(name, value, low=0)
+    try: return check_int(name, value, low=0)
+    except ValueError: raise ValueError(f"{name}={show(value)} must be an integer >= 0 or a numpy Generator") from None
 
 def generator(seed) -> np.random.Generator:
     "A numpy Generator from an integer seed (or the Generator itself, which is then advanced)."
     s = check_seed("seed", seed)
     return s if isinstance(s, np.random.Generator) else np.random.default_rng(s)
+
+# %% ../nbs/00_checks.ipynb #c4e1a7d2
+def check_unit_interval(name: str, value, max_ndim: int | None = None) -> np.ndarray:
+    "`value` (a number or an array: weights, probabilities) as a float64 array, or a ValueError naming `name` unless every entry is finite and in [0, 1] (and it has at most `max_ndim` axes)."
+    try: w = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError): raise ValueError(f"{name}={show(value)} must be a number or an array of numbers in [0, 1]") from None
+    if max_ndim is not None and w.ndim > max_ndim:
+        raise ValueError(f"{name} must be a number or an array of at most {max_ndim} axes in [0, 1]; got shape {w.shape}")
+    bad = ~(np.isfinite(w) & (w >= 0) & (w <= 1))
+    if bad.any():
+        k = int(np.argmax(bad.ravel()))
+        raise ValueError(f"{name} must be finite and in [0, 1]; {name}[{k}]={show(w.ravel()[k])}")
+    return w

@@ -11,7 +11,8 @@ import numpy as np
 from numba import njit, prange
 from .data import Ratings
 from .mf import PMF, FittedModel, Mechanism, PrivacyReport, register_mechanism, to_csr
-from .privacy import l2_laplace_noise, laplace_noise, check_positive, check_int   # the toolkit's argument checks
+from .checks import check_int, check_positive
+from .privacy import l2_laplace_noise, laplace_noise
 
 # %% auto #0
 __all__ = ['NOISES', 'item_index', 'item_degrees', 'item_normal_equations', 'solve_item_factors', 'clip_rows',
@@ -138,7 +139,7 @@ def gd_item_factors(ratings: Ratings, U, eta, reg: float, iters: int = 500, V0=N
     return V
 
 # %% ../nbs/03_hua_dpmf.ipynb #752e0c35
-from . import checks   # the package's validators (this module's check_* come from privacy)
+from . import checks
 from .mechanism import Factors
 
 @register_mechanism("hua")

@@ -16,7 +16,8 @@ from . import checks
 from .data import Ratings
 from .mf import PMF, FittedModel, Mechanism, PrivacyReport, register_mechanism
 from .mechanism import Factors
-from .privacy import gaussian_epsilon, check_positive, check_int   # toolkit checks
+from .checks import check_int, check_positive
+from .privacy import gaussian_epsilon
 from .hua import clip_rows, gd_item_factors, gd_step_sizes, item_degrees, rating_sensitivity, share_scale
 
 # %% auto #0

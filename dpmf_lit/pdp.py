@@ -13,8 +13,8 @@ from scipy import sparse
 
 from .data import Ratings
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
-from .checks import check_choice, check_float, check_int, check_positive
-from .privacy import PrivacyAccountant, _generator
+from .checks import check_choice, check_float, check_int, check_positive, check_unit_interval, generator
+from .privacy import PrivacyAccountant
 from .kernels import mf_gradient
 from .hua import (clip_rows, gd_item_factors, gd_step_sizes, item_normal_equations, privacy_loss,
                           sample_item_noise, solve_item_factors)
@@ -22,9 +22,9 @@ from .hua import (clip_rows, gd_item_factors, gd_step_sizes, item_normal_equatio
 # %% auto #0
 __all__ = ['THRESHOLDS', 'DROPPED', 'SOLVERS', 'NOISE_READINGS', 'SENSITIVITIES', 'V_INITS', 'READINGS', 'PrivacySpec',
            'check_spec_params', 'expected_mean_epsilon', 'pdp_privacy_spec', 'sampling_probability', 'check_threshold',
-           'pdp_sample', 'check_probabilities', 'resolve_threshold', 'unit_rows', 'pmf_gd', 'sampled_ratings',
-           'dp_item_factors', 'amplified_epsilon', 'replace_epsilon', 'pdp_report', 'DPPMF', 'PDPPMF',
-           'per_rating_epsilon', 'cross_validate']
+           'pdp_sample', 'resolve_threshold', 'unit_rows', 'pmf_gd', 'sampled_ratings', 'dp_item_factors',
+           'amplified_epsilon', 'replace_epsilon', 'pdp_report', 'DPPMF', 'PDPPMF', 'per_rating_epsilon',
+           'cross_validate']
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp006
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def pdp_privacy_spec(ratings: Ratings,    # the ratings that get a privacy level
                      ) -> PrivacySpec:
     "Zhang et al.'s generator (Sec. 6.1): a random f_c of the ratings conservative, f_m moderate, the rest liberal."
     f_c, f_m, eps_c, eps_m, eps_l = check_spec_params(f_c, f_m, eps_c, eps_m, eps_l)
-    g, n = _generator(seed), len(ratings)
+    g, n = generator(seed), len(ratings)
     n_c = int(round(f_c * n)); n_m = min(int(round(f_m * n)), n - n_c)
     eps = np.full(n, eps_l)
     eps[:n_c] = g.uniform(eps_c, eps_m, n_c)
@@ -114,14 +114,7 @@ def check_threshold(spec: PrivacySpec, t: float) -> float:
 def pdp_sample(spec: PrivacySpec, t: float, seed=0) -> np.ndarray:
     "Alg. 1 (RSM): boolean keep-mask, rating n kept independently with probability pi(epsilon[n], t)."
     t = check_threshold(spec, t)
-    return _generator(seed).random(len(spec)) < sampling_probability(spec.epsilon, t)
-
-def check_probabilities(p, name: str = "p") -> np.ndarray:
-    "Return p as a float array after checking 0 <= p <= 1 (ValueError naming the first bad entry)."
-    p = np.asarray(p, dtype=np.float64)
-    bad = ~((p >= 0) & (p <= 1))
-    if bad.any(): raise ValueError(f"{name} must be probabilities in [0, 1]; {name}[{int(np.argmax(bad.ravel()))}]={p.ravel()[np.argmax(bad.ravel())]}")
-    return p
+    return generator(seed).random(len(spec)) < sampling_probability(spec.epsilon, t)
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp016
 THRESHOLDS = ("mean", "max", "expected")
@@ -139,7 +132,7 @@ def resolve_threshold(spec: PrivacySpec, t, expected: float | None = None) -> fl
 # %% ../nbs/05_pdp_pmf.ipynb #pdp022
 def unit_rows(n: int, d: int, seed=0) -> np.ndarray:
     "n uniformly random rows of norm 1 in R^d (the paper's U(0), V(0))."
-    g = _generator(seed)
+    g = generator(seed)
     x = g.standard_normal((check_int("n", n, 0), check_int("d", d, 1)))
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
@@ -149,7 +142,7 @@ def pmf_gd(ratings: Ratings, d: int = 20, lam_u: float = 0.01, lam_v: float = 0.
     `project`: scale U's rows back to norm <= 1 after every step (instead of clipping once at the end)."""
     d, k1, gamma = check_int("d", d, 1), check_int("k1", k1, 1), check_positive("gamma", gamma)
     lam_u, lam_v = check_positive("lam_u", lam_u), check_positive("lam_v", lam_v)
-    g = _generator(seed)
+    g = generator(seed)
     U, V = unit_rows(ratings.n_users, d, g), unit_rows(ratings.n_items, d, g)
     user, item, r = ratings.user.astype(np.int64), ratings.item.astype(np.int64), ratings.rating.astype(np.float64)
     k_u = np.bincount(user, minlength=ratings.n_users); k_v = np.bincount(item, minlength=ratings.n_items)
@@ -184,7 +177,7 @@ def dp_item_factors(ratings: Ratings, U, V0, epsilon: float, Delta: float, lam_v
     Alg. 2 lines 15-21 from V0, step gamma/|Omega| capped per item, with eta fixed ('fixed') or drawn at every step ('fresh')."""
     solver, noise = check_choice("solver", solver, SOLVERS), check_choice("noise", noise, NOISE_READINGS)
     if solver == "closed" and noise == "fresh": raise ValueError("noise='fresh' needs solver='gd' (the closed form has one eta)")
-    g, (n, d) = _generator(seed), np.shape(U)
+    g, (n, d) = generator(seed), np.shape(U)
     draw = lambda: sample_item_noise(ratings.n_items, d, epsilon, Delta, "l2-laplace", g)
     if solver == "closed": return solve_item_factors(*item_normal_equations(ratings, U, lam_v), draw())
     k2 = check_int("k2", k2, 1)
@@ -197,13 +190,13 @@ def dp_item_factors(ratings: Ratings, U, V0, epsilon: float, Delta: float, lam_v
 # %% ../nbs/05_pdp_pmf.ipynb #pdp037
 def amplified_epsilon(pi, m_epsilon: float) -> np.ndarray:
     "log(1 + pi (e^m - 1)): one rating's guarantee when it is kept with probability pi and then meets an m-DP mechanism."
-    pi = check_probabilities(pi, "pi")
+    pi = check_unit_interval("pi", pi)
     return np.log1p(pi * np.expm1(check_positive("m_epsilon", m_epsilon)))
 
 def replace_epsilon(pi, m_epsilon: float, m_replace: float) -> np.ndarray:
     """Exact worst case of sample-then-M when one kept-or-dropped rating's value is replaced: M is m_epsilon-DP
     between 'rating present' and 'rating dropped' and m_replace-DP between its two values (0 <= m_replace <= 2 m)."""
-    pi, m = check_probabilities(pi, "pi"), check_positive("m_epsilon", m_epsilon)
+    pi, m = check_unit_interval("pi", pi), check_positive("m_epsilon", m_epsilon)
     mr = min(float(m_replace), 2 * m)
     if not mr >= 0: raise ValueError(f"m_replace={m_replace!r} must be >= 0")
     c = math.exp(mr - m)                      # the worst relative weight of the 'dropped' branch (derivation above)

@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit, prange
 from scipy import stats
 from tqdm.auto import tqdm
-from .checks import check_bool, check_choice, check_float, check_int, check_positive, show
+from .checks import check_bool, check_choice, check_float, check_int, check_positive, check_unit_interval, show
 from .data import Ratings
 from .privacy import NEIGHBOURING
 from .kernels import (_GOLDEN, _JIT, _below, _mix64, PREFETCH_AHEAD, als_sweep, predict_kernel,
@@ -55,16 +55,12 @@ LOSSES = ("two_sided", "one_sided")
 _OPS_FACTOR = {("two_sided", "replace"): 4.0, ("two_sided", "add_remove"): 2.0,
                ("one_sided", "replace"): 2.0, ("one_sided", "add_remove"): 1.0}
 
-def _choice(name, value, allowed):
-    if value not in allowed: raise ValueError(f"{name}={value!r} must be one of {allowed}")
-    return value
-
 def ops_epsilon(B: float,                   # bound on one record's log-likelihood: |log p| <= B (two_sided) or log p in [-B, 0] (one_sided)
                 neighbouring: str = "replace",  # 'replace' one record or 'add_remove' one record
                 loss: str = "two_sided",    # 'two_sided' (Wang et al.'s assumption) or 'one_sided' (a clipped squared loss)
                ) -> float:
     "epsilon of one exact posterior sample: 4B / 2B (two-sided, replace / add-remove) or 2B / B (one-sided)."
-    key = (_choice("loss", loss, LOSSES), _choice("neighbouring", neighbouring, NEIGHBOURING))
+    key = (check_choice("loss", loss, LOSSES), check_choice("neighbouring", neighbouring, NEIGHBOURING))
     return _OPS_FACTOR[key] * check_positive("B", B)
 
 def ops_likelihood_scale(epsilon: float,    # target epsilon of the released sample
@@ -76,23 +72,15 @@ def ops_likelihood_scale(epsilon: float,    # target epsilon of the released sam
     return check_positive("epsilon", epsilon) / ops_epsilon(B, neighbouring, loss)
 
 # %% ../nbs/07_sgld.ipynb #8a66d4b8
-def _weights(weights) -> np.ndarray:
-    w = np.asarray(weights, dtype=np.float64)
-    bad = ~(np.isfinite(w) & (w >= 0) & (w <= 1))
-    if bad.any():
-        k = int(np.argmax(bad.ravel()))
-        raise ValueError(f"weights must be finite and in [0, 1]; weights[{k}]={w.ravel()[k]}")
-    return w
-
 def personalized_user_epsilon(weights,                 # per-user likelihood weights w_i in [0, 1]
                               base_epsilon: float,     # epsilon the temperature was calibrated for (weight 1)
                               neighbour_weight=None,   # None: the weight belongs to the slot (or add/remove); a number w': weight of the replacing record
                              ) -> np.ndarray:
     "Per-user guarantees: w_i * epsilon, or (w_i + w') * epsilon / 2 when a replacing record brings its own weight w'."
     e = check_positive("base_epsilon", base_epsilon)
-    w = _weights(weights)
+    w = check_unit_interval("weights", weights)
     if neighbour_weight is None: return w * e
-    w2 = float(_weights(neighbour_weight))
+    w2 = float(check_unit_interval("neighbour_weight", neighbour_weight))
     return (w + w2) * e / 2
 
 # %% ../nbs/07_sgld.ipynb #7245213a
@@ -111,7 +99,7 @@ def worst_log_ratio(log_prior,           # (m,) log prior on the grid
                     neighbouring: str = "replace",  # 'replace' (any user by any record) or 'add_remove'
                    ) -> float:
     "max over theta and over every neighbour D' of |log p(theta | D) - log p(theta | D')|, all neighbours enumerated."
-    _choice("neighbouring", neighbouring, NEIGHBOURING)
+    check_choice("neighbouring", neighbouring, NEIGHBOURING)
     table = np.asarray(table, np.float64); idx = np.asarray(dataset, np.int64)
     S = np.asarray(log_prior, np.float64) + table[idx].sum(axis=0)
     base = S - np.logaddexp.reduce(S)
@@ -346,21 +334,17 @@ class SGLD(Mechanism):
         self.prior_std, self.lambda_b = check_positive("prior_std", prior_std, allow_none=True), check_positive("lambda_b", lambda_b)
         self.neighbouring = check_choice("neighbouring", neighbouring, ("replace", "add_remove"))
         self.constant, self.bound = check_choice("constant", constant, ("derived", "paper")), check_choice("bound", bound, ("trim", "reweight"))
-        self.weights = _check_weights(weights)
+        self.weights = _check_unit_interval(weights)
         self.noise, self.table_size = check_choice("noise", noise, ("table", "fresh")), check_int("table_size", table_size, 2 * (self.d + 1))
         self.mu, self.local_reg = check_float("mu", mu, allow_none=True), check_positive("local_reg", local_reg)
         self.threads, self.blocks = check_int("threads", threads, 1, allow_none=True), check_int("blocks", blocks, 1, allow_none=True)
         self.layout, self.seed = check_choice("layout", layout, ("random", "user")), check_int("seed", seed, 0)
 
 # %% ../nbs/07_sgld.ipynb #29a76655
-def _check_weights(weights):
+def _check_unit_interval(weights):
     "None, one weight for everybody, or one per user: finite and in [0, 1]."
     if weights is None: return None
-    w = np.asarray(weights, dtype=np.float64)
-    bad = ~(np.isfinite(w) & (w >= 0) & (w <= 1))
-    if w.ndim > 1 or bad.any():
-        k = int(np.argmax(bad.ravel())) if bad.any() else 0
-        raise ValueError(f"weights must be a number or a 1-d array in [0, 1]; weights[{k}]={show(w.ravel()[k])}")
+    w = check_unit_interval("weights", weights, max_ndim=1)
     return float(w) if w.ndim == 0 else w.astype(np.float32)
 
 def _sgld_resolved(self: SGLD, train: Ratings | None = None) -> dict:
@@ -509,7 +493,7 @@ class TinyMF:
             raise ValueError(f"ratings={self.ratings} must be non-empty and in [{self.r_min}, {self.r_max}]")
         check_positive("gamma", self.gamma)
         for k in ("lambda_r", "lambda_u", "lambda_v", "lambda_b"): check_positive(k, getattr(self, k))
-        self.weights = np.ones_like(self.ratings) if self.weights is None else _weights(self.weights)
+        self.weights = np.ones_like(self.ratings) if self.weights is None else check_unit_interval("weights", self.weights)
         if self.weights.shape != self.ratings.shape: raise ValueError(f"weights must have shape {self.ratings.shape}; got {self.weights.shape}")
         if self.mu is None: self.mu = (self.r_min + self.r_max) / 2
 
