@@ -8,6 +8,7 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/gaussian_mf.html.md"""
 from __future__ import annotations
 import math, time
 import numpy as np
+from fastcore.basics import patch
 from numba import njit
 from scipy import sparse
 from tqdm.auto import tqdm
@@ -171,11 +172,13 @@ class GaussMF(Mechanism):
     def d(self) -> int: return self.n   # the base class's name for the rank
 
 # %% ../nbs/06_gaussian_mf.ipynb #505cabd8
-def _gauss_tau(self: GaussMF, train: Ratings) -> float:
+@patch
+def tau_for(self: GaussMF, train: Ratings) -> float:
     "τ: the parameter, or the data's rating range r_max - r_min."
     return self.tau if self.tau is not None else float(train.rating_max) - float(train.rating_min)
 
-def _gauss_init(self: GaussMF, train: Ratings):
+@patch
+def init_profiles(self: GaussMF, train: Ratings):
     "X, Θ with N(0, 1) entries and unit rows (Algorithm 1, line 1), float32, from stream [seed, 0]."
     g = self.rng(0)
     X = g.standard_normal((train.n_items, self.n)).astype(np.float32)
@@ -183,16 +186,16 @@ def _gauss_init(self: GaussMF, train: Ratings):
     for A in (X, T): A /= np.linalg.norm(A, axis=1, keepdims=True)
     return X, T
 
-def _gauss_scales(self: GaussMF, train: Ratings):
+@patch
+def row_scales(self: GaussMF, train: Ratings):
     "Per-row step multipliers: ones (sum gradients), or 1/(number of ratings) with normalize=True."
     if not self.normalize: return np.ones(train.n_items, np.float32), np.ones(train.n_users, np.float32)
     f = lambda codes, m: (1.0 / np.maximum(1, np.bincount(codes, minlength=m))).astype(np.float32)
     return f(train.item, train.n_items), f(train.user, train.n_users)
 
-GaussMF.tau_for, GaussMF.init_profiles, GaussMF.row_scales = _gauss_tau, _gauss_init, _gauss_scales
-
 # %% ../nbs/06_gaussian_mf.ipynb #2e12500e
-def _gauss_report(self: GaussMF, J_run: int, tau: float) -> PrivacyReport:
+@patch
+def report(self: GaussMF, J_run: int, tau: float) -> PrivacyReport:
     "The privacy report after `J_run` iterations: all three ε in the notes, the `accounting` one as headline."
     per_step = 2 if self.variant == "both" else 1
     eps = gauss_epsilons(J_run, self.epsilon_i, self.delta, self.delta_r, per_step)
@@ -214,10 +217,9 @@ def _gauss_report(self: GaussMF, J_run: int, tau: float) -> PrivacyReport:
     return PrivacyReport(released=("U",) if self.variant == "paper" else ("U", "V"), unit="rating", epsilon=eps[self.accounting],
                          delta=self.delta_r, method=f"{how}; variant={self.variant}", notes=notes, scope=scope)
 
-GaussMF.report = _gauss_report
-
 # %% ../nbs/06_gaussian_mf.ipynb #5a24bf17
-def _gauss_fit(self: GaussMF, train: Ratings, progress: bool = False, test: Ratings | None = None) -> Factors:
+@patch
+def _fit(self: GaussMF, train: Ratings, progress: bool = False, test: Ratings | None = None) -> Factors:
     "Run Algorithm 1 for J iterations (or until the tol rule stops it); `test` adds held-out RMSE to the history."
     tau = self.tau_for(train); sigma = gauss_sigma(self.epsilon_i, self.delta, tau, self.C)
     o = np.argsort(train.item, kind="stable")   # item-major order: X's rows are read and written in sequence
@@ -244,8 +246,6 @@ def heldout_rmse(X, T, test: Ratings) -> float:
     "RMSE of ⟨x_i, θ_j⟩ on `test`, clipped to the rating range as `FittedModel.predict` does."
     p = np.clip(np.einsum("kd,kd->k", X[test.item], T[test.user]), test.rating_min, test.rating_max)
     return float(np.sqrt(np.mean((p - test.rating) ** 2)))
-
-GaussMF._fit = _gauss_fit
 
 # %% ../nbs/06_gaussian_mf.ipynb #678bc597
 def neighbour_sensitivity(mech: GaussMF,   # the mechanism (its variant, clip, normalize, μ, λ, C, seed are used)

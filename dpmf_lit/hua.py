@@ -8,6 +8,7 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/hua_dpmf.html.md"""
 from __future__ import annotations
 import math, time
 import numpy as np
+from fastcore.basics import patch
 from numba import njit, prange
 from .data import Ratings
 from .mf import PMF, FittedModel, Mechanism, PrivacyReport, register_mechanism, to_csr
@@ -180,17 +181,20 @@ class HuaDPMF(Mechanism):
                            solver=self.pmf_solver, bias=False, threads=self.threads, seed=self.seed)
 
 # %% ../nbs/03_hua_dpmf.ipynb #05542307
-def _hua_resolved(self: HuaDPMF) -> dict:
+@patch
+def resolved_params(self: HuaDPMF) -> dict:
     "`params()` with the step size and the thread count that U's MF actually runs with."
     inner = self._pmf().resolved_params()
     return {**self.params(), "pmf_lr": inner["lr"], "threads": inner["threads"]}
 
-def _hua_memory(self: HuaDPMF, train: Ratings) -> int:
+@patch
+def memory_bytes(self: HuaDPMF, train: Ratings) -> int:
     "The factors, U's MF, float64 copies of U and of the noise, and (closed form) the d x d systems A_j."
     extra = 8 * (train.n_users + 2 * train.n_items) * self.d + (8 * train.n_items * self.d ** 2 if self.solver == "closed" else 0)
     return Mechanism.memory_bytes(self, train) + self._pmf().memory_bytes(train) + extra
 
-def _hua_report(self: HuaDPMF, train: Ratings) -> PrivacyReport:
+@patch
+def report(self: HuaDPMF, train: Ratings) -> PrivacyReport:
     "The privacy report of a fit on `train`."
     Delta = rating_sensitivity(train) * self.max_norm
     return PrivacyReport(
@@ -203,15 +207,15 @@ def _hua_report(self: HuaDPMF, train: Ratings) -> PrivacyReport:
                "once U is retrained on a neighbour; nbs/03_hua_dpmf 3.5). Under add/remove: no finite epsilon, "
                "and no (epsilon, delta < 1) uniformly over data sets."))
 
-def _hua_noise(self: HuaDPMF, train: Ratings) -> np.ndarray:
+@patch
+def noise_for(self: HuaDPMF, train: Ratings) -> np.ndarray:
     "The noise eta (n_items, d) this mechanism draws for `train` (stream [seed, 1])."
     Delta = rating_sensitivity(train) * self.max_norm * self.noise_multiplier
     return sample_item_noise(train.n_items, self.d, self.epsilon, Delta, self.noise, self.rng(1))
 
-HuaDPMF.resolved_params, HuaDPMF.memory_bytes, HuaDPMF.report, HuaDPMF.noise_for = _hua_resolved, _hua_memory, _hua_report, _hua_noise
-
 # %% ../nbs/03_hua_dpmf.ipynb #5af744aa
-def _hua_fit(self: HuaDPMF, train: Ratings, progress: bool = False, U=None, eta=None) -> Factors:
+@patch
+def _fit(self: HuaDPMF, train: Ratings, progress: bool = False, U=None, eta=None) -> Factors:
     "Fit on `train`. `U` (n_users, d) skips step 1 (plain MF); `eta` (n_items, d) fixes the noise."
     if U is not None and np.shape(U) != (train.n_users, self.d):
         raise ValueError(f"U must have shape {(train.n_users, self.d)}; got {np.shape(U)}")
@@ -229,5 +233,3 @@ def _hua_fit(self: HuaDPMF, train: Ratings, progress: bool = False, U=None, eta=
         V = gd_item_factors(train, U, eta, self.reg, self.gd_iters)
     history.append(dict(stage="perturbed", solver=self.solver, seconds=time.perf_counter() - t0))
     return Factors(U=U, V=V, history=history, privacy=self.report(train))
-
-HuaDPMF._fit = _hua_fit

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math, time
 from dataclasses import dataclass, field
 import numpy as np
+from fastcore.basics import patch
 import pandas as pd
 from numba import njit
 from tqdm.auto import tqdm
@@ -176,18 +177,19 @@ class Users:
             self._outbox = Batch("masked_gradient", self.role, "third_party", batch.t, batch.items, rows, {"phi": phi})
 
 # %% ../nbs/04_hua_protocol.ipynb #d3ce4a41
-def _users_send(self: Users) -> Batch:
+@patch
+def send(self: Users) -> Batch:
     out, self._outbox = self._outbox, None
     return out
 
-def _users_noise_total(self: Users, n_items: int) -> np.ndarray:
+@patch
+def noise_total(self: Users, n_items: int) -> np.ndarray:
     "SIMULATOR ORACLE (tests only; no actor can compute this): the float sum of all shares per item."
     out = np.zeros((n_items, self._U.shape[1])); np.add.at(out, self._item, self._share); return out
 
-def _users_online_rows(self: Users, online_users: np.ndarray) -> np.ndarray:
+@patch
+def online_rows(self: Users, online_users: np.ndarray) -> np.ndarray:
     return np.flatnonzero(online_users[self._user])
-
-Users.send, Users.noise_total, Users.online_rows = _users_send, _users_noise_total, _users_online_rows
 
 # %% ../nbs/04_hua_protocol.ipynb #1d465ad5
 class ThirdParty:
@@ -250,13 +252,15 @@ class Recommender:
             self.V[items] -= self._step[items, None] * (g + self._reg * self.V[items])
 
 # %% ../nbs/04_hua_protocol.ipynb #d4ced402
-def _rec_noise_seeds(self: Recommender, rows: np.ndarray, t: int = 0) -> Batch:
+@patch
+def noise_seeds(self: Recommender, rows: np.ndarray, t: int = 0) -> Batch:
     "Scenario 2 set-up: H_j ~ Exp(1)^d to every rater of item j, with k_j."
     self.H = self._rng.standard_exponential(self.V.shape)
     items = self._items_of_row[rows]
     return Batch("noise_seed", self.role, "users", t, items, rows, {"H": self.H[items], "k": self._k[items].astype(np.float64)})
 
-def _rec_beta_masks(self: Recommender, rows: np.ndarray, group_k: np.ndarray, t: int = 0) -> list[Batch]:
+@patch
+def beta_masks(self: Recommender, rows: np.ndarray, group_k: np.ndarray, t: int = 0) -> list[Batch]:
     "Scenario 3 set-up: H_j (with the group size) and beta masks to the chosen online group of each item."
     self.H = self._rng.standard_exponential(self.V.shape)
     items = self._items_of_row[rows]
@@ -265,7 +269,8 @@ def _rec_beta_masks(self: Recommender, rows: np.ndarray, group_k: np.ndarray, t:
     return [Batch("noise_seed", self.role, "users", t, items, rows, {"H": self.H[items], "k": group_k[items].astype(np.float64)}),
             Batch("beta_mask", self.role, "users", t, items, rows, {"beta": beta})]
 
-def _rec_model(self: Recommender, rows: np.ndarray, t: int, scenario: int) -> Batch:
+@patch
+def model(self: Recommender, rows: np.ndarray, t: int, scenario: int) -> Batch:
     "v_j(t) and a fresh mask Psi (uniform on Z_P) for every requesting rater; Scenario 3 adds a piece of tau-hat."
     items = self._items_of_row[rows]
     if self.online is not None: self.online[t] = np.asarray(rows).copy()
@@ -282,8 +287,6 @@ def _rec_model(self: Recommender, rows: np.ndarray, t: int, scenario: int) -> Ba
         piece[fix] = self._codec.add(piece[fix], self._codec.sub(self._tau_hat[items[fix]], s[items[fix]]))
         payload["piece"] = piece
     return Batch("model", self.role, "users", t, items, rows, payload)
-
-Recommender.noise_seeds, Recommender.beta_masks, Recommender.model = _rec_noise_seeds, _rec_beta_masks, _rec_model
 
 # %% ../nbs/04_hua_protocol.ipynb #ee7da4e7
 @dataclass
@@ -552,18 +555,19 @@ class HuaProtocol(Mechanism):
         self.codec = FixedPoint(scale=2.0 ** self.scale_bits, modulus=2 ** self.modulus_bits, bound=self.bound)  # refuses P too small
 
 # %% ../nbs/04_hua_protocol.ipynb #c033f02c
-def _protocol_pmf(self: HuaProtocol) -> PMF:
+@patch
+def _pmf(self: HuaProtocol) -> PMF:
     return self.nested(PMF, self._PMF_NAMES, d=self.d, epochs=self.pmf_epochs, reg=self.pmf_reg, solver=self.pmf_solver,
                        bias=False, threads=self.threads, seed=self.seed)
 
-def _protocol_resolved_params(self: HuaProtocol) -> dict:
+@patch
+def resolved_params(self: HuaProtocol) -> dict:
     "`params()` with the thread count that U's MF actually runs with."
     return {**self.params(), "threads": self._pmf().resolved_params()["threads"]}
 
-HuaProtocol._pmf, HuaProtocol.resolved_params = _protocol_pmf, _protocol_resolved_params
-
 # %% ../nbs/04_hua_protocol.ipynb #925b8b30
-def _protocol_report(self: HuaProtocol, train: Ratings, run: ProtocolRun, left_out: int) -> PrivacyReport:
+@patch
+def _report(self: HuaProtocol, train: Ratings, run: ProtocolRun, left_out: int) -> PrivacyReport:
     "The privacy report of a protocol run on `train`: the guarantee against outsiders, and what the recommender can do."
     Delta = rating_sensitivity(train)
     changing = self.scenario == 3 and self.p_online < 1
@@ -588,10 +592,9 @@ def _protocol_report(self: HuaProtocol, train: Ratings, run: ProtocolRun, left_o
                + f"V given U (U trained non-privately, held by users). {left_out} ratings of items with < 2 raters "
                "(in Scenario 3: < 2 online at set-up) left out (v_j = 0)."))
 
-HuaProtocol._report = _protocol_report
-
 # %% ../nbs/04_hua_protocol.ipynb #1d45b13f
-def _protocol_fit(self: HuaProtocol, train: Ratings, progress: bool = False, U=None) -> Factors:
+@patch
+def _fit(self: HuaProtocol, train: Ratings, progress: bool = False, U=None) -> Factors:
     "Fit on `train`; `U` (n_users, d) skips the plain MF that gives users their profiles."
     keep = item_degrees(train)[train.item] >= 2
     b = share_scale(self.epsilon, rating_sensitivity(train), self.d)
@@ -612,5 +615,3 @@ def _protocol_fit(self: HuaProtocol, train: Ratings, progress: bool = False, U=N
     return Factors(U=U, V=V, privacy=self._report(train, run, left_out),
                    history=[dict(stage="protocol", iters=self.iters, skipped=run.skipped, dropped_at_setup=len(run.dropped),
                                  traffic=traffic)])
-
-HuaProtocol._fit = _protocol_fit

@@ -10,6 +10,7 @@ import importlib, importlib.util, inspect, io, math, os, pkgutil, re, sys, textw
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np
+from fastcore.basics import patch
 from .checks import check_bool, show
 from .data import Ratings
 from .synthetic import available_memory   # one reading of free memory, shared with the generator
@@ -185,25 +186,24 @@ class Mechanism:
         return f"{type(self).__name__}(" + ", ".join(f"{k}={v!r}" for k, v in self.params().items()) + ")"
 
 # %% ../nbs/01b_mechanism.ipynb #c0d4cba0
-def _rng(self: Mechanism, *stream: int) -> np.random.Generator:
+@patch
+def rng(self: Mechanism, *stream: int) -> np.random.Generator:
     "A generator for `stream` of this mechanism's `seed` (no stream: the same draws as `default_rng(seed)`)."
     return np.random.default_rng(np.random.SeedSequence([self.seed, *stream]))
 
-def _memory_bytes(self: Mechanism, train: Ratings) -> int:
+@patch
+def memory_bytes(self: Mechanism, train: Ratings) -> int:
     "Bytes the fit needs at least: the float32 factors (subclasses add their own arrays)."
     return 4 * (train.n_users + train.n_items) * int(getattr(self, "d", 0))
 
-def _nested(self: Mechanism, cls, names: dict, **params):
+@patch
+def nested(self: Mechanism, cls, names: dict, **params):
     "`cls(**params)`, with a ValueError about inner parameter `k` re-raised naming the outer parameter `names[k]`."
     try: return cls(**params)
     except ValueError as e:
         msg = str(e)
         for inner, outer in names.items(): msg = re.sub(rf"(?<![\w.]){re.escape(inner)}=", f"{outer}=", msg)
         raise ValueError(msg) from None
-
-for _f, _name in ((_rng, "rng"), (_memory_bytes, "memory_bytes"), (_nested, "nested")):
-    _f.__name__, _f.__qualname__ = _name, f"Mechanism.{_name}"
-    setattr(Mechanism, _name, _f)
 
 # %% ../nbs/01b_mechanism.ipynb #efa11902
 _OVERFLOWED = re.compile(r"(?<![\w.])-?(inf|nan)\b|overflow", re.I)   # an error message that met an infinity or NaN
@@ -215,7 +215,8 @@ def _check_memory(mech: Mechanism, train: Ratings):
         raise ValueError(f"{mech.name}{d} on {train.n_users:,} users x {train.n_items:,} items needs about {_bytes(need)} "
                          f"of memory, more than the {_bytes(avail)} available" + ("; lower d" if d else ""))
 
-def _mechanism_fit(self: Mechanism, train: Ratings, progress: bool = False, **extra) -> FittedModel:
+@patch
+def fit(self: Mechanism, train: Ratings, progress: bool = False, **extra) -> FittedModel:
     "Check `train` and memory, run `_fit` (timed), check the factors are finite, build the `FittedModel`."
     if not isinstance(train, Ratings): raise ValueError(f"train must be a Ratings object, got {type(train).__name__}")
     if len(train) == 0: raise ValueError(f"train={train.name!r} is empty: nothing to fit")
@@ -236,9 +237,6 @@ def _mechanism_fit(self: Mechanism, train: Ratings, progress: bool = False, **ex
     return FittedModel(U=f32(out.U), V=f32(out.V), user_bias=f32(out.user_bias), item_bias=f32(out.item_bias),
                        mean=float(out.mean), rating_min=train.rating_min, rating_max=train.rating_max, privacy=privacy,
                        history=list(out.history), fit_seconds=seconds, mechanism=self.name, params=params)
-
-_mechanism_fit.__name__, _mechanism_fit.__qualname__ = "fit", "Mechanism.fit"
-Mechanism.fit = _mechanism_fit
 
 # %% ../nbs/01b_mechanism.ipynb #744d1545
 MECHANISMS: dict = {}

@@ -9,6 +9,7 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/mf.html.md"""
 from __future__ import annotations
 import math, time
 import numpy as np
+from fastcore.basics import patch
 import numba
 from tqdm import tqdm
 from .checks import check_bool, check_choice, check_float, check_int, check_positive, show
@@ -106,7 +107,8 @@ class PMF(Mechanism):
         self.blocks = check_int("blocks", blocks, 1, allow_none=True)
 
 # %% ../nbs/01_mf.ipynb #1da94c04
-def _resolved(self: PMF) -> dict:
+@patch
+def resolved_params(self: PMF) -> dict:
     "`params()` with the solver's defaults, reg_bias = reg, SGD's grid and the threads that actually run."
     p = self.params()
     for k, v in self.SOLVER_DEFAULTS[self.solver].items():
@@ -117,14 +119,14 @@ def _resolved(self: PMF) -> dict:
     p["threads"] = 1 if self.solver == "gd" else min(asked, numba.config.NUMBA_NUM_THREADS)   # GD's kernel is serial
     return p
 
-def _memory(self: PMF, train: Ratings) -> int:
+@patch
+def memory_bytes(self: PMF, train: Ratings) -> int:
     "The float32 factors plus the float64 draw of the larger initial profile matrix."
     return Mechanism.memory_bytes(self, train) + 8 * max(train.n_users, train.n_items) * self.d
 
-PMF.resolved_params, PMF.memory_bytes = _resolved, _memory
-
 # %% ../nbs/01_mf.ipynb #68ef5c04
-def _pmf_fit(self: PMF, train: Ratings, progress: bool = False, valid: Ratings | None = None) -> Factors:
+@patch
+def _fit(self: PMF, train: Ratings, progress: bool = False, valid: Ratings | None = None) -> Factors:
     "Fit on `train`; with `valid`, record its RMSE after every epoch in `history`."
     if valid is not None and (not isinstance(valid, Ratings) or valid.n_users > train.n_users or valid.n_items > train.n_items):
         raise ValueError(f"valid must be Ratings on the train matrix ({train.n_users} x {train.n_items})")
@@ -137,8 +139,6 @@ def _pmf_fit(self: PMF, train: Ratings, progress: bool = False, valid: Ratings |
     model = FittedModel(U, V, b if self.bias else None, c if self.bias else None, mu, train.rating_min, train.rating_max)
     history = _epochs(self, p, train, model, b, c, progress, valid)
     return Factors(U, V, model.user_bias, model.item_bias, mu, history)
-
-PMF._fit = _pmf_fit
 
 # %% ../nbs/01_mf.ipynb #bdb8b9a4
 def _epochs(self: PMF, p: dict, train: Ratings, model: FittedModel, b, c, progress: bool, valid) -> list:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math, time
 from dataclasses import dataclass
 import numpy as np
+from fastcore.basics import patch
 from scipy import sparse
 
 from .data import Ratings
@@ -23,8 +24,7 @@ from .hua import (clip_rows, gd_item_factors, gd_step_sizes, item_normal_equatio
 __all__ = ['THRESHOLDS', 'DROPPED', 'SOLVERS', 'NOISE_READINGS', 'SENSITIVITIES', 'V_INITS', 'READINGS', 'PrivacySpec',
            'check_spec_params', 'expected_mean_epsilon', 'pdp_privacy_spec', 'sampling_probability', 'check_threshold',
            'pdp_sample', 'resolve_threshold', 'unit_rows', 'pmf_gd', 'sampled_ratings', 'dp_item_factors',
-           'amplified_epsilon', 'replace_epsilon', 'pdp_report', 'DPPMF', 'PDPPMF', 'per_rating_epsilon',
-           'cross_validate']
+           'amplified_epsilon', 'replace_epsilon', 'pdp_report', 'DPPMF', 'PDPPMF', 'cross_validate']
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp006
 @dataclass(frozen=True)
@@ -272,7 +272,8 @@ class DPPMF(_PMFObjective):
         self._check_common(d, lam_u, lam_v, gamma, k1, k2, solver, noise, v_init, sensitivity, max_norm, seed)
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp051
-def _dp_report(self: DPPMF, train: Ratings) -> PrivacyReport:
+@patch
+def report(self: DPPMF, train: Ratings) -> PrivacyReport:
     "The privacy report of a DP-PMF fit on `train`."
     Delta, m = self.Delta(train), self.m_epsilon(self.epsilon)
     nb = "a rating's value changed or set to 0, the pattern public" if self.sensitivity == "r_max" else "a rating's value changed, the pattern public"
@@ -287,15 +288,14 @@ def _dp_report(self: DPPMF, train: Ratings) -> PrivacyReport:
         notes=(f"solver={self.solver}, noise={self.noise}" + (f"; k2={self.k2} steps at eps={self.epsilon:g}: {m:g} pure, "
                f"{pld:.4g} at delta=1e-5 (PLD)" if pld is not None else "")))
 
-def _dp_fit(self: DPPMF, train: Ratings, progress: bool = False, U=None, V=None) -> Factors:
+@patch
+def _fit(self: DPPMF, train: Ratings, progress: bool = False, U=None, V=None) -> Factors:
     "Fit on `train`; `U`, `V` (from step 1) skip step 1."
     t0 = time.perf_counter()
     U, V0 = self.step1(train, U, V)
     Vbar = dp_item_factors(train, U, V0, self.epsilon, self.Delta(train), self.lam_v, self.gamma, self.k2,
                            self.solver, self.noise, self.rng(1))
     return Factors(U=U, V=Vbar, history=[dict(stage="dp-pmf", seconds=time.perf_counter() - t0)], privacy=self.report(train))
-
-DPPMF.report, DPPMF._fit = _dp_report, _dp_fit
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp053
 @register_mechanism("pdp-pmf")
@@ -340,6 +340,7 @@ class PDPPMF(_PMFObjective):
         return resolve_threshold(spec, self.t, expected_mean_epsilon(self.f_c, self.f_m, self.eps_c, self.eps_m, self.eps_l))
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp054
+@patch
 def per_rating_epsilon(self: PDPPMF, spec: PrivacySpec, t: float, rating_range: float, Delta: float) -> np.ndarray:
     """What each rating gets (V given U). 'zero': log(1 + pi (e^m - 1)), m = t or k2 t, for a rating set to 0 and
     (at most that) for a value replaced. 'remove': m (r_max - r_min)/Delta for a value replaced, no amplification."""
@@ -347,7 +348,8 @@ def per_rating_epsilon(self: PDPPMF, spec: PrivacySpec, t: float, rating_range: 
     if self.dropped == "zero": return amplified_epsilon(sampling_probability(spec.epsilon, t), m)
     return np.full(len(spec), m * rating_range / Delta)
 
-def _pdp_report(self: PDPPMF, train: Ratings, spec: PrivacySpec, t: float) -> PrivacyReport:
+@patch
+def report(self: PDPPMF, train: Ratings, spec: PrivacySpec, t: float) -> PrivacyReport:
     "The privacy report of a PDP-PMF fit on `train` with specification `spec` and threshold `t`."
     Delta = self.Delta(train)
     per = self.per_rating_epsilon(spec, t, float(train.rating_max) - float(train.rating_min), Delta)
@@ -371,11 +373,10 @@ def _fresh_note(self: PDPPMF, t: float) -> str:
     return (f"; fresh noise: k2={self.k2} steps at t={t:.4g} compose to m = {self.k2 * t:.4g} pure (the per-rating values above are computed from this m), "
             f"{pld:.4g} at delta=1e-5 (PLD)")
 
-PDPPMF.per_rating_epsilon, PDPPMF.report = per_rating_epsilon, _pdp_report
-
 # %% ../nbs/05_pdp_pmf.ipynb #pdp055
-def _pdp_fit(self: PDPPMF, train: Ratings, progress: bool = False, spec: PrivacySpec | None = None, keep=None,
-             U=None, V=None) -> Factors:
+@patch
+def _fit(self: PDPPMF, train: Ratings, progress: bool = False, spec: PrivacySpec | None = None, keep=None,
+         U=None, V=None) -> Factors:
     "Fit on `train`; `spec`, `keep` (the sampling mask), `U`, `V` (from step 1 on the sample) may be given."
     t0 = time.perf_counter()
     spec = self.spec_for(train) if spec is None else spec
@@ -387,8 +388,6 @@ def _pdp_fit(self: PDPPMF, train: Ratings, progress: bool = False, spec: Privacy
                            self.gamma, self.k2, self.solver, self.noise, self.rng(1))
     return Factors(U=U, V=Vbar, history=[dict(stage="pdp-pmf", t=t, kept=float(keep.mean()), seconds=time.perf_counter() - t0)],
                    privacy=self.report(train, spec, t), params=dict(t_value=t, kept_fraction=float(keep.mean())))
-
-PDPPMF._fit = _pdp_fit
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp060
 READINGS = {"(a) closed form": dict(noise="fixed", solver="closed"), "(a) gradient steps": dict(noise="fixed", solver="gd"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 import numpy as np
+from fastcore.basics import patch
 from numba import njit
 from scipy import optimize, special, sparse
 from .checks import check_choice, check_float, check_fraction, check_int, check_positive, generator
@@ -230,14 +231,16 @@ class PrivacyAccountant:
     def _active(self): return [e for e in self.events if e[2] > 0]
 
 # %% ../nbs/02_privacy.ipynb #e3669d52
-def _acc_rdp(self: "PrivacyAccountant", orders=None) -> np.ndarray:
+@patch
+def rdp(self: PrivacyAccountant, orders=None) -> np.ndarray:
     "The composed RDP curve over `orders` (default: dp_accounting's grid)."
     a = _orders(orders); total = np.zeros_like(a)
     f = {"gaussian": gaussian_rdp, "laplace": laplace_rdp, "pure": pure_dp_rdp}
     for kind, p, c, _ in self._active(): total += f[kind](p, c, a)
     return total
 
-def _acc_pld_epsilon(self: "PrivacyAccountant", delta, discretization):
+@patch
+def _pld_epsilon(self: PrivacyAccountant, delta, discretization):
     from dp_accounting.pld import privacy_loss_distribution as pld, common
     ev = self._active()
     mu2 = sum(c / (p * p) for kind, p, c, _ in ev if kind == "gaussian")   # Gaussians compose exactly (GDP)
@@ -249,10 +252,9 @@ def _acc_pld_epsilon(self: "PrivacyAccountant", delta, discretization):
         out = x if out is None else out.compose(x)
     return 0.0 if out is None else float(out.get_epsilon_for_delta(delta))
 
-PrivacyAccountant.rdp, PrivacyAccountant._pld_epsilon = _acc_rdp, _acc_pld_epsilon
-
 # %% ../nbs/02_privacy.ipynb #79e8d89b
-def _acc_epsilon(self: "PrivacyAccountant", delta: float = 0.0, method: str = "auto", discretization: float = 1e-4) -> tuple[float, float, str]:
+@patch
+def epsilon(self: PrivacyAccountant, delta: float = 0.0, method: str = "auto", discretization: float = 1e-4) -> tuple[float, float, str]:
     "(epsilon, delta, method) of everything recorded so far."
     if method not in ("auto", "pure", "rdp", "pld"): raise ValueError(f"method={method!r} must be one of 'auto', 'pure', 'rdp', 'pld'")
     ev = self._active(); has_gauss = any(k == "gaussian" for k, *_ in ev)
@@ -264,7 +266,8 @@ def _acc_epsilon(self: "PrivacyAccountant", delta: float = 0.0, method: str = "a
     if method == "rdp": return rdp_to_dp(self.rdp(), d)[0], d, "RDP (improved conversion, Canonne-Kamath-Steinke 2020)"
     return self._pld_epsilon(d, check_positive("discretization", discretization)), d, "PLD (dp_accounting)"
 
-def _acc_report(self: "PrivacyAccountant", delta: float = 0.0, method: str = "auto", notes: str = "", scope: str = "") -> PrivacyReport:
+@patch
+def report(self: PrivacyAccountant, delta: float = 0.0, method: str = "auto", notes: str = "", scope: str = "") -> PrivacyReport:
     "The `PrivacyReport` of the recorded steps; `scope` defaults to 'the composition of the recorded steps only'."
     eps, d, how = self.epsilon(delta, method)
     steps = "; ".join(f"{c} x {label} ({kind} {'z' if kind == 'gaussian' else 'eps'}={p:.4g})" for kind, p, c, label in self._active())
@@ -272,5 +275,3 @@ def _acc_report(self: "PrivacyAccountant", delta: float = 0.0, method: str = "au
                       "anything computed outside them is not covered")
     return PrivacyReport(released=tuple(self.released), unit=self.unit, epsilon=eps, delta=d, method=how, scope=scope,
                          notes=f"neighbouring={self.neighbouring}; steps: {steps or 'none'}. {notes}".strip())
-
-PrivacyAccountant.epsilon, PrivacyAccountant.report = _acc_epsilon, _acc_report

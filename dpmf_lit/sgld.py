@@ -11,6 +11,7 @@ import math, time
 from dataclasses import dataclass
 import numba
 import numpy as np
+from fastcore.basics import patch
 from numba import njit, prange
 from scipy import stats
 from tqdm.auto import tqdm
@@ -347,7 +348,8 @@ def _check_unit_interval(weights):
     w = check_unit_interval("weights", weights, max_ndim=1)
     return float(w) if w.ndim == 0 else w.astype(np.float32)
 
-def _sgld_resolved(self: SGLD, train: Ratings | None = None) -> dict:
+@patch
+def resolved_params(self: SGLD, train: Ratings | None = None) -> dict:
     "Parameters with defaults resolved; with `train`, also B, K, γ and the Langevin step η."
     p = self.params()
     p["weights"] = None if self.weights is None else (self.weights if np.ndim(self.weights) == 0 else "per-user")
@@ -364,8 +366,6 @@ def _sgld_resolved(self: SGLD, train: Ratings | None = None) -> dict:
         lam_max = max(p["prior_std"] ** -2, self.lambda_b)
         p["eta"] = min(2 * self.step / (p["gamma"] * self.lambda_r), 1.0 / lam_max)
     return p
-
-SGLD.resolved_params = _sgld_resolved
 
 # %% ../nbs/07_sgld.ipynb #263bf6bb
 def _check_user_weights(self: SGLD, train: Ratings) -> np.ndarray:
@@ -388,10 +388,11 @@ def _start(self: SGLD, train: Ratings, p: dict):
     return kept, blocks, U, V, b, c
 
 # %% ../nbs/07_sgld.ipynb #56bd5a06
-def _sgld_fit(self: SGLD, train: Ratings, progress: bool = False,
-              valid: Ratings | None = None,  # held-out ratings: the current sample's RMSE on them after every epoch
-              on_epoch=None,                 # called as on_epoch(t, U, V, b, c) after epoch t (diagnostics: sees the private state)
-              ) -> Factors:
+@patch
+def _fit(self: SGLD, train: Ratings, progress: bool = False,
+         valid: Ratings | None = None,  # held-out ratings: the current sample's RMSE on them after every epoch
+         on_epoch=None,                 # called as on_epoch(t, U, V, b, c) after epoch t (diagnostics: sees the private state)
+         ) -> Factors:
     "Trim, sample θ by SGLD, release (V, c); each user then fits (u_i, b_i) locally."
     p = self.resolved_params(train)
     w = _check_user_weights(self, train)
@@ -417,8 +418,6 @@ def _sgld_fit(self: SGLD, train: Ratings, progress: bool = False,
         numba.set_num_threads(prev)
     U, b = local_user_fit(train, V, c, p["mu"], self.local_reg)
     return Factors(U, V, b, c, p["mu"], history, _sgld_report(self, p, w), params=_public(p))
-
-SGLD._fit = _sgld_fit
 
 # %% ../nbs/07_sgld.ipynb #9efc508c
 def _rmse(U, V, b, c, mu, r: Ratings) -> float:
