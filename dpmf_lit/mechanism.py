@@ -6,11 +6,12 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/mechanism.html.md"""
 
 # %% ../nbs/01b_mechanism.ipynb #06da72be
 from __future__ import annotations
-import importlib, importlib.util, inspect, io, math, os, pkgutil, re, sys, textwrap, time, tokenize, warnings
+import importlib, importlib.util, inspect, math, os, pkgutil, re, sys, time, warnings
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np
 from fastcore.basics import patch
+from fastcore.docments import docments
 from .checks import check_bool, show
 from .data import Ratings
 from .synthetic import available_memory   # one reading of free memory, shared with the generator
@@ -108,30 +109,6 @@ class Factors:
     privacy: object = field(default_factory=PrivacyReport)   # a PrivacyReport, or an accountant with report()
     params: dict = field(default_factory=dict)   # values settled during the fit (override resolved_params())
 
-# %% ../nbs/01b_mechanism.ipynb #c76f4d66
-def _docments(func) -> dict:
-    "{parameter: the comment on its line} for the signature of `func`."
-    try: src = textwrap.dedent(inspect.getsource(func))
-    except (OSError, TypeError): return {}
-    names, out = set(inspect.signature(func).parameters), {}
-    depth, started, expect, last = 0, False, False, None   # last: (name, line) of the latest parameter
-    try:
-        for tok in tokenize.generate_tokens(io.StringIO(src).readline):
-            if tok.type == tokenize.OP and tok.string in "([{":
-                depth += 1
-                if depth == 1 and not started: started = expect = True
-            elif tok.type == tokenize.OP and tok.string in ")]}":
-                depth -= 1
-            elif started and depth == 1 and tok.type == tokenize.OP and tok.string == ",": expect = True
-            elif started and depth == 1 and expect and tok.type == tokenize.NAME and tok.string in names:
-                last, expect = (tok.string, tok.start[0]), False
-            elif tok.type == tokenize.COMMENT and last and tok.start[0] == last[1]:
-                out.setdefault(last[0], tok.string.lstrip("#").strip())
-            elif tok.type == tokenize.OP and tok.string == ":" and started and depth == 0: started = None   # header done
-            elif started is None and tok.type in (tokenize.NEWLINE, tokenize.NL): break
-    except (tokenize.TokenError, IndentationError): pass
-    return out
-
 # %% ../nbs/01b_mechanism.ipynb #53cc9db4
 def _bytes(n: float) -> str:
     for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
@@ -167,9 +144,9 @@ class Mechanism:
 
     @classmethod
     def parameter_docs(cls) -> list[tuple[str, object, str]]:
-        "(name, default, comment) of every parameter, from the signature of `__init__`."
-        sig, docs = inspect.signature(cls.__init__).parameters, _docments(cls.__init__)
-        return [(k, None if sig[k].default is sig[k].empty else sig[k].default, docs.get(k, "")) for k in cls.parameter_names()]
+        "(name, default, comment) of every parameter, from the signature of `__init__` (fastcore's `docments`)."
+        sig, docs = inspect.signature(cls.__init__).parameters, docments(cls.__init__, returns=False)
+        return [(k, None if sig[k].default is sig[k].empty else sig[k].default, docs.get(k) or "") for k in cls.parameter_names()]
 
     def params(self) -> dict:
         "The constructor parameters and their current values."
