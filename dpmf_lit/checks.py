@@ -10,8 +10,9 @@ import math, numbers
 import numpy as np
 
 # %% auto #0
-__all__ = ['UserError', 'show', 'check_float', 'check_int', 'check_positive', 'check_fraction', 'check_bool', 'check_choice',
-           'check_seed', 'generator', 'check_unit_interval']
+__all__ = ['Positive', 'Fraction', 'Bool', 'UserError', 'show', 'check_float', 'check_int', 'check_positive', 'check_fraction',
+           'check_bool', 'check_choice', 'check_seed', 'generator', 'check_unit_interval', 'Check', 'Int', 'Float',
+           'Choice']
 
 # %% ../nbs/00_checks.ipynb #78c95eb7
 class UserError(Exception):
@@ -104,3 +105,36 @@ def check_unit_interval(name: str, value, max_ndim: int | None = None) -> np.nda
         k = int(np.argmax(bad.ravel()))
         raise ValueError(f"{name} must be finite and in [0, 1]; {name}[{k}]={show(w.ravel()[k])}")
     return w
+
+# %% ../nbs/00_checks.ipynb #5a9d1c27
+class Check:
+    "A parameter's check, declared as its annotation; `check | None` also lets None through."
+    def __init__(self, fn, *args, kind: type = object, none: bool = False, **kwargs):
+        self.fn, self.args, self.kwargs, self.kind, self.none = fn, args, kwargs, kind, none
+
+    def __call__(self, name: str, value):
+        "`fn(name, value, *args, **kwargs)`: the accepted value, or a ValueError naming `name`."
+        return None if value is None and self.none else self.fn(name, value, *self.args, **self.kwargs)
+
+    def __or__(self, other):
+        if other is not None: return NotImplemented
+        return Check(self.fn, *self.args, kind=self.kind, none=True, **self.kwargs)
+    __ror__ = __or__
+
+    def __repr__(self):
+        args = [show(a) for a in self.args] + [f"{k}={show(v)}" for k, v in self.kwargs.items()]
+        return f"{self.fn.__name__}({', '.join(args)})" + (" | None" if self.none else "")
+
+def Int(low: int | None = None, high: int | None = None) -> Check:
+    "An integer in [low, high] (`check_int`)."
+    return Check(check_int, low, high, kind=int)
+
+def Float(low: float | None = None, high: float | None = None, low_open: bool = False, high_open: bool = False) -> Check:
+    "A finite number within the bounds (`check_float`)."
+    return Check(check_float, low, high, low_open, high_open, kind=float)
+
+def Choice(*choices: str) -> Check:
+    "One of `choices` (`check_choice`)."
+    return Check(check_choice, choices, kind=str)
+
+Positive, Fraction, Bool = Check(check_positive, kind=float), Check(check_fraction, kind=float), Check(check_bool, kind=bool)

@@ -17,6 +17,7 @@ from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
 from .privacy import (PrivacyAccountant, classic_noise_multiplier, dp_accounting_pld_epsilon, dp_accounting_rdp_epsilon,
                       gaussian_epsilon_exact, gaussian_epsilon_rdp)
 from . import checks
+from .checks import Bool, Choice, Float, Fraction, Int, Positive
 
 # %% auto #0
 __all__ = ['VARIANTS', 'CLIPS', 'ACCOUNTING', 'mugdho_imtiaz_slice', 'clip_rows_kernel', 'gradients_kernel', 'update_kernel',
@@ -143,30 +144,23 @@ class GaussMF(Mechanism):
     overflow_hint = "lower mu={mu} (sum gradients of rows with many ratings make large steps diverge) or set normalize=True"
 
     def __init__(self,
-                 epsilon_i: float = 0.4,       # ε_i of each step's Gaussian mechanism, in (0, 1)
-                 delta: float = 0.01,          # δ of each step, in (0, 1)
-                 delta_r: float = 1e-5,        # target δ_r of the overall guarantee, in (0, 1)
-                 C: float = 1.0,               # clip norm of the profile rows inside the gradients
-                 n: int = 20,                  # dimension of the profile vectors
-                 mu: float = 0.0005,           # step size μ
-                 J: int = 300,                 # iterations ("until converged" in the paper; the cap when tol is set)
-                 lam: float = 0.01,            # λ of Eq. 3 (the paper gives no value)
-                 tau: float | None = None,     # τ, the bound on |v' - v| (None: r_max - r_min of the data)
-                 variant: str = "paper",       # 'paper' (noise on ∇Θ, X kept) or 'both' (noise on ∇X and ∇Θ, both released)
-                 clip: str = "gradient",       # 'gradient' (rows clipped inside the gradients) or 'profiles' (also project X, Θ)
-                 normalize: bool = False,      # divide each row's gradient by its number of ratings (mean, not sum)
-                 tol: float | None = None,     # stop once the training RMSE improves by less than tol (None: run all J)
-                 accounting: str = "tight",    # headline ε: 'tight' (exact composition), 'rdp' (dp_accounting) or 'closed_form'
-                 private: bool = True,         # False: the non-private baseline (same iterations, no noise, no guarantee)
-                 seed: int = 0):               # initialisation: stream [seed, 0]; noise: stream [seed, 1]
-        self.epsilon_i = checks.check_float("epsilon_i", epsilon_i, 0.0, 1.0, low_open=True, high_open=True)
-        self.delta, self.delta_r = checks.check_fraction("delta", delta), checks.check_fraction("delta_r", delta_r)
-        self.C, self.mu, self.lam = checks.check_positive("C", C), checks.check_positive("mu", mu), checks.check_float("lam", lam, 0.0)
-        self.n, self.J = checks.check_int("n", n, 1), checks.check_int("J", J, 1)
-        self.tau, self.tol = checks.check_positive("tau", tau, allow_none=True), checks.check_positive("tol", tol, allow_none=True)
-        self.variant, self.clip = checks.check_choice("variant", variant, VARIANTS), checks.check_choice("clip", clip, CLIPS)
-        self.normalize, self.accounting = checks.check_bool("normalize", normalize), checks.check_choice("accounting", accounting, ACCOUNTING)
-        self.private, self.seed = checks.check_bool("private", private), checks.check_int("seed", seed, 0)
+                 epsilon_i: Fraction = 0.4,          # ε_i of each step's Gaussian mechanism, in (0, 1)
+                 delta: Fraction = 0.01,             # δ of each step, in (0, 1)
+                 delta_r: Fraction = 1e-5,           # target δ_r of the overall guarantee, in (0, 1)
+                 C: Positive = 1.0,                  # clip norm of the profile rows inside the gradients
+                 n: Int(1) = 20,                     # dimension of the profile vectors
+                 mu: Positive = 0.0005,              # step size μ
+                 J: Int(1) = 300,                    # iterations ("until converged" in the paper; the cap when tol is set)
+                 lam: Float(0) = 0.01,               # λ of Eq. 3 (the paper gives no value)
+                 tau: Positive | None = None,        # τ, the bound on |v' - v| (None: r_max - r_min of the data)
+                 variant: Choice(*VARIANTS) = "paper",      # 'paper' (noise on ∇Θ, X kept) or 'both' (noise on ∇X and ∇Θ, both released)
+                 clip: Choice(*CLIPS) = "gradient",         # 'gradient' (rows clipped inside the gradients) or 'profiles' (also project X, Θ)
+                 normalize: Bool = False,            # divide each row's gradient by its number of ratings (mean, not sum)
+                 tol: Positive | None = None,        # stop once the training RMSE improves by less than tol (None: run all J)
+                 accounting: Choice(*ACCOUNTING) = "tight",  # headline ε: 'tight' (exact composition), 'rdp' (dp_accounting) or 'closed_form'
+                 private: Bool = True,               # False: the non-private baseline (same iterations, no noise, no guarantee)
+                 seed: Int(0) = 0):                  # initialisation: stream [seed, 0]; noise: stream [seed, 1]
+        "Nothing to add: the base class checks and stores each parameter."
 
     @property
     def d(self) -> int: return self.n   # the base class's name for the rank

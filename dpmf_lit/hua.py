@@ -140,7 +140,7 @@ def gd_item_factors(ratings: Ratings, U, eta, reg: float, iters: int = 500, V0=N
     return V
 
 # %% ../nbs/03_hua_dpmf.ipynb #752e0c35
-from . import checks
+from .checks import Choice, Int, Positive
 from .mechanism import Factors
 
 @register_mechanism("hua")
@@ -153,27 +153,22 @@ class HuaDPMF(Mechanism):
     _PMF_NAMES = dict(solver="pmf_solver", epochs="pmf_epochs", reg="pmf_reg", lr="pmf_lr")   # PMF's names -> ours
 
     def __init__(self,
-                 epsilon: float = 1.0,           # ε per rating (replace one rating's value) of the released V
-                 d: int = 10,                    # rank of U and V
-                 reg: float = 5.0,               # λ of the perturbed least-squares problem for V
-                 solver: str = "closed",         # 'closed' (the exact minimiser) or 'gd' (the paper's gradient descent)
-                 gd_iters: int = 500,            # gradient-descent steps when solver='gd'
-                 noise: str = "l2-laplace",      # 'l2-laplace' (density ∝ exp(-ε‖η‖/Δ)) or 'hua-decomposition'
-                 noise_multiplier: float = 1.0,  # noise scaled by this; the reported ε is epsilon / noise_multiplier
-                 max_norm: float = 1.0,          # rows of U are clipped to this L2 norm (Δ scales with it)
+                 epsilon: Positive = 1.0,        # ε per rating (replace one rating's value) of the released V
+                 d: Int(1) = 10,                 # rank of U and V
+                 reg: Positive = 5.0,            # λ of the perturbed least-squares problem for V
+                 solver: Choice("closed", "gd") = "closed",  # 'closed' (the exact minimiser) or 'gd' (the paper's gradient descent)
+                 gd_iters: Int(0) = 500,         # gradient-descent steps when solver='gd'
+                 noise: Choice(*NOISES) = "l2-laplace",      # 'l2-laplace' (density ∝ exp(-ε‖η‖/Δ)) or 'hua-decomposition'
+                 noise_multiplier: Positive = 1.0,  # noise scaled by this; the reported ε is epsilon / noise_multiplier
+                 max_norm: Positive = 1.0,       # rows of U are clipped to this L2 norm (Δ scales with it)
                  pmf_solver: str = "als",        # solver of the plain MF that trains U ('sgd', 'als' or 'gd')
-                 pmf_epochs: int = 20,           # epochs of that MF
+                 pmf_epochs: Int(1) = 20,        # epochs of that MF
                  pmf_reg: float = 0.1,           # its regularisation
                  pmf_lr: float | None = None,    # its step size (None: the solver's default)
-                 seed: int = 0,                  # seed of U's MF; the noise uses the independent stream [seed, 1]
+                 seed: Int(0) = 0,               # seed of U's MF; the noise uses the independent stream [seed, 1]
                  threads: int | None = None):    # threads of U's MF (None: 1)
-        self.epsilon, self.d, self.reg = checks.check_positive("epsilon", epsilon), checks.check_int("d", d, 1), checks.check_positive("reg", reg)
-        self.solver, self.gd_iters = checks.check_choice("solver", solver, ("closed", "gd")), checks.check_int("gd_iters", gd_iters, 0)
-        self.noise, self.noise_multiplier = checks.check_choice("noise", noise, NOISES), checks.check_positive("noise_multiplier", noise_multiplier)
-        self.max_norm, self.seed = checks.check_positive("max_norm", max_norm), checks.check_int("seed", seed, 0)
-        self.pmf_solver, self.pmf_epochs, self.pmf_reg, self.pmf_lr, self.threads = \
-            pmf_solver, checks.check_int("pmf_epochs", pmf_epochs, 1), pmf_reg, pmf_lr, threads
-        pmf = self._pmf()   # validates the PMF options now, under our names, before any work
+        "The PMF options (plain types above) are checked by PMF itself, under our names, before any work."
+        pmf = self._pmf()
         self.pmf_solver, self.pmf_reg, self.pmf_lr, self.threads = pmf.solver, pmf.reg, pmf.lr, pmf.threads
 
     def _pmf(self) -> PMF:

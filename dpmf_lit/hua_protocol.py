@@ -17,7 +17,7 @@ from . import checks
 from .data import Ratings
 from .mf import PMF, FittedModel, Mechanism, PrivacyReport, register_mechanism
 from .mechanism import Factors
-from .checks import check_int, check_positive
+from .checks import Choice, Float, Int, Positive, check_int, check_positive
 from .privacy import gaussian_epsilon
 from .hua import clip_rows, gd_item_factors, gd_step_sizes, item_degrees, rating_sensitivity, share_scale
 
@@ -523,33 +523,27 @@ class HuaProtocol(Mechanism):
     _PMF_NAMES = dict(solver="pmf_solver", epochs="pmf_epochs", reg="pmf_reg")   # PMF's names -> ours
 
     def __init__(self,
-                 epsilon: float = 1.0,          # ε per rating of V, against parties who do not know H
-                 d: int = 10,                   # rank of U and V
-                 reg: float = 5.0,              # λ of the perturbed objective
-                 iters: int = 100,              # protocol iterations (gradient steps on V)
-                 scenario: int = 2,             # 2: static users; 3: users come and go
-                 p_online: float = 1.0,         # Scenario 3: probability that a user is online in an iteration
+                 epsilon: Positive = 1.0,       # ε per rating of V, against parties who do not know H
+                 d: Int(1) = 10,                # rank of U and V
+                 reg: Positive = 5.0,           # λ of the perturbed objective
+                 iters: Int(0) = 100,           # protocol iterations (gradient steps on V)
+                 scenario: Int(2, 3) = 2,       # 2: static users; 3: users come and go
+                 p_online: Float(0, 1, low_open=True) = 1.0,  # Scenario 3: probability that a user is online in an iteration
                  k: int | None = None,          # Scenario 3: raters per item that carry a noise share (None: all)
-                 scale_bits: int = 24,          # fixed-point scale 2^scale_bits of the encoding in Z_P
-                 modulus_bits: int = 62,        # P = 2^modulus_bits
-                 bound: float = 1e6,            # declared bound on any encoded value or aggregate
-                 sparse_items: str = "error",   # items with < 2 raters (S3: < 2 online at set-up): 'error' or 'drop' (v_j = 0)
+                 scale_bits: Int(1) = 24,       # fixed-point scale 2^scale_bits of the encoding in Z_P
+                 modulus_bits: Int(2, 62) = 62, # P = 2^modulus_bits
+                 bound: Positive = 1e6,         # declared bound on any encoded value or aggregate
+                 sparse_items: Choice("error", "drop") = "error",  # items with < 2 raters (S3: < 2 online at set-up): 'error' or 'drop' (v_j = 0)
                  pmf_solver: str = "als",       # solver of the plain MF that gives users their U
-                 pmf_epochs: int = 20,          # its epochs
+                 pmf_epochs: Int(1) = 20,       # its epochs
                  pmf_reg: float = 0.1,          # its regularisation
-                 seed: int = 0,                 # seed of U's MF and of the protocol's draws
+                 seed: Int(0) = 0,              # seed of U's MF and of the protocol's draws
                  threads: int | None = None):   # threads of U's MF (None: 1)
-        self.epsilon, self.reg = checks.check_positive("epsilon", epsilon), checks.check_positive("reg", reg)
-        self.d, self.iters, self.scenario = checks.check_int("d", d, 1), checks.check_int("iters", iters, 0), checks.check_int("scenario", scenario, 2, 3)
-        self.p_online = checks.check_float("p_online", p_online, 0, 1, low_open=True)
+        "k, the scenario's own options and the PMF options (plain types above) are checked here; the rest by the base class."
         try: self.k = checks.check_int("k", k, 2, allow_none=True)
         except ValueError as e: raise ValueError(f"{e} (one user's share would be the whole noise)") from None
         if self.scenario == 2 and self.p_online != 1: raise ValueError(f"p_online={checks.show(p_online)} needs scenario=3 (Scenario 2 has static users)")
         if self.scenario == 2 and k is not None: raise ValueError(f"k={checks.show(k)} needs scenario=3 (in Scenario 2 every rater of an item carries a share)")
-        self.sparse_items = checks.check_choice("sparse_items", sparse_items, ("error", "drop"))
-        self.scale_bits, self.modulus_bits = checks.check_int("scale_bits", scale_bits, 1), checks.check_int("modulus_bits", modulus_bits, 2, 62)
-        self.bound, self.seed = checks.check_positive("bound", bound), checks.check_int("seed", seed, 0)
-        self.pmf_solver, self.pmf_epochs, self.pmf_reg, self.threads = pmf_solver, checks.check_int("pmf_epochs", pmf_epochs, 1), pmf_reg, threads
         pmf = self._pmf()   # validates the PMF options now, under our names
         self.pmf_solver, self.pmf_reg, self.threads = pmf.solver, pmf.reg, pmf.threads
         self.codec = FixedPoint(scale=2.0 ** self.scale_bits, modulus=2 ** self.modulus_bits, bound=self.bound)  # refuses P too small

@@ -6,13 +6,13 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/mechanism.html.md"""
 
 # %% ../nbs/01b_mechanism.ipynb #06da72be
 from __future__ import annotations
-import importlib, importlib.util, inspect, math, os, pkgutil, re, sys, time, warnings
+import functools, importlib, importlib.util, inspect, math, os, pkgutil, re, sys, time, warnings
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np
 from fastcore.basics import patch
 from fastcore.docments import docments
-from .checks import check_bool, show
+from .checks import Check, check_bool, show
 from .data import Ratings
 from .synthetic import available_memory   # one reading of free memory, shared with the generator
 from .kernels import predict_kernel
@@ -130,17 +130,27 @@ class Mechanism:
     overflow_hint: str = ""  # what to change when the factors overflow, formatted with the resolved parameters
 
     def __new__(cls, *args, **kwargs):
-        known = cls.parameter_names()
+        "Refuse an unknown parameter by name, then store every parameter as an attribute, checked by its declared `Check`."
+        known, sig = cls.parameter_names(), inspect.signature(cls.__init__)
         unknown = [k for k in kwargs if k not in known]
-        if unknown and not any(p.kind == p.VAR_KEYWORD for p in inspect.signature(cls.__init__).parameters.values()):
+        if unknown and not any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()):
             k = unknown[0]
             raise ValueError(f"{k}={show(kwargs[k])}: mechanism {cls.name!r} has no parameter {k!r}; known: {', '.join(known)}")
-        return super().__new__(cls)
+        self, checks = super().__new__(cls), cls.parameter_checks()
+        bound = sig.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        for k in known: setattr(self, k, checks[k](k, bound.arguments[k]) if k in checks else bound.arguments[k])
+        return self
 
     @classmethod
     def parameter_names(cls) -> list[str]:
         return [k for k, p in inspect.signature(cls.__init__).parameters.items()
                 if k != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+    @classmethod
+    def parameter_checks(cls) -> dict:
+        "{name: Check} of the parameters whose annotation is a `Check` (`d: Int(1) = 128`)."
+        return _declared_checks(cls.__init__)
 
     @classmethod
     def parameter_docs(cls) -> list[tuple[str, object, str]]:
@@ -161,6 +171,19 @@ class Mechanism:
 
     def __repr__(self):
         return f"{type(self).__name__}(" + ", ".join(f"{k}={v!r}" for k, v in self.params().items()) + ")"
+
+# %% ../nbs/01b_mechanism.ipynb #3e7b9d14
+@functools.cache
+def _declared_checks(init) -> dict:
+    "{name: Check} of the parameters of `init` annotated with a `Check`, the annotations evaluated where `init` was defined."
+    out = {}
+    for k, p in inspect.signature(init).parameters.items():
+        a = p.annotation
+        if isinstance(a, str):
+            try: a = eval(a, init.__globals__)
+            except Exception: continue   # a type the module does not import at run time: documentation only
+        if isinstance(a, Check): out[k] = a
+    return out
 
 # %% ../nbs/01b_mechanism.ipynb #c0d4cba0
 @patch

@@ -12,7 +12,7 @@ import numpy as np
 from fastcore.basics import patch
 import numba
 from tqdm import tqdm
-from .checks import check_bool, check_choice, check_float, check_int, check_positive, show
+from .checks import Bool, Choice, Float, Int, Positive, show
 from .data import Ratings
 from .kernels import (PREFETCH_AHEAD, SGDBlocks, als_sweep, gd_step, mf_gradient, predict_kernel,  # noqa: F401
                               prefetch_item, prefetch_row, prepare_sgd_blocks, sgd_epoch, sgd_epoch_parallel, to_csr)
@@ -81,30 +81,22 @@ class PMF(Mechanism):
                        "als": dict(epochs=10, lr=None, lr_decay=None)}
 
     def __init__(self,
-                 d: int = 128,                   # rank of U and V
-                 epochs: int | None = None,      # passes over the ratings (None: the solver's default)
-                 lr: float | None = None,        # initial step size of SGD and GD (None: the solver's default)
-                 reg: float = 0.08,              # penalty λ on each profile, once per rating of its row
-                 reg_bias: float | None = None,  # penalty λ_b on the biases (None: reg)
-                 solver: str = "sgd",            # 'sgd' (block-parallel), 'als' or 'gd' (full batch)
-                 bias: bool = True,              # fit the mean and the biases b, c as well
-                 threads: int | None = None,     # threads to run (None: 1); at most the cores numba may use
-                 seed: int = 0,                  # seed of the initial profiles and of SGD's visit order
-                 init_std: float = 0.01,         # standard deviation of the initial profiles
-                 lr_decay: float | None = None,  # the step is multiplied by this after each epoch (None: the solver's)
-                 layout: str = "user",           # SGD order inside a block: 'user' (user by user) or 'random'
-                 blocks: int | None = None):     # G of SGD's G x G block grid (None: threads); fixes the result
-        self.d, self.epochs = check_int("d", d, 1), check_int("epochs", epochs, 1, allow_none=True)
-        self.lr, self.reg = check_positive("lr", lr, allow_none=True), check_float("reg", reg, low=0)
-        self.reg_bias = check_float("reg_bias", reg_bias, low=0, allow_none=True)
-        self.solver = check_choice("solver", solver, ("sgd", "als", "gd"))
-        if solver == "als" and self.reg == 0:
+                 d: Int(1) = 128,                    # rank of U and V
+                 epochs: Int(1) | None = None,       # passes over the ratings (None: the solver's default)
+                 lr: Positive | None = None,         # initial step size of SGD and GD (None: the solver's default)
+                 reg: Float(0) = 0.08,               # penalty λ on each profile, once per rating of its row
+                 reg_bias: Float(0) | None = None,   # penalty λ_b on the biases (None: reg)
+                 solver: Choice("sgd", "als", "gd") = "sgd",  # 'sgd' (block-parallel), 'als' or 'gd' (full batch)
+                 bias: Bool = True,                  # fit the mean and the biases b, c as well
+                 threads: Int(1) | None = None,      # threads to run (None: 1); at most the cores numba may use
+                 seed: Int(0) = 0,                   # seed of the initial profiles and of SGD's visit order
+                 init_std: Positive = 0.01,          # standard deviation of the initial profiles
+                 lr_decay: Float(0, 1, low_open=True) | None = None,  # the step is multiplied by this after each epoch (None: the solver's)
+                 layout: Choice("random", "user") = "user",  # SGD order inside a block: 'user' (user by user) or 'random'
+                 blocks: Int(1) | None = None):      # G of SGD's G x G block grid (None: threads); fixes the result
+        "The base class has checked and stored each parameter; ALS also needs reg > 0."
+        if self.solver == "als" and self.reg == 0:
             raise ValueError(f"reg={show(reg)} must be > 0 for solver='als' (the normal equations need it)")
-        self.bias, self.threads = check_bool("bias", bias), check_int("threads", threads, 1, allow_none=True)
-        self.seed, self.init_std = check_int("seed", seed, 0), check_positive("init_std", init_std)
-        self.lr_decay = check_float("lr_decay", lr_decay, 0, 1, low_open=True, allow_none=True)
-        self.layout = check_choice("layout", layout, ("random", "user"))
-        self.blocks = check_int("blocks", blocks, 1, allow_none=True)
 
 # %% ../nbs/01_mf.ipynb #1da94c04
 @patch

@@ -14,7 +14,7 @@ from scipy import sparse
 
 from .data import Ratings
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
-from .checks import check_choice, check_float, check_int, check_positive, check_unit_interval, generator
+from .checks import Choice, Float, Int, Positive, check_choice, check_float, check_int, check_positive, check_unit_interval, generator
 from .privacy import PrivacyAccountant
 from .kernels import mf_gradient
 from .hua import (clip_rows, gd_item_factors, gd_step_sizes, item_normal_equations, privacy_loss,
@@ -221,17 +221,13 @@ def pdp_report(spec: PrivacySpec, t: float, released=("V",), notes: str = "") ->
 SENSITIVITIES, V_INITS = ("r_max", "range"), ("pmf", "zero")
 
 class _PMFObjective(Mechanism):
-    "Shared parts of DP-PMF and PDP-PMF: parameter checks, step 1 (plain PMF for U), the sensitivity."
+    "Shared parts of DP-PMF and PDP-PMF: the solver's default, step 1 (plain PMF for U), the sensitivity."
     overflow_hint = "raise epsilon={epsilon} (or t): the noise overflowed"
 
-    def _check_common(self, d, lam_u, lam_v, gamma, k1, k2, solver, noise, v_init, sensitivity, max_norm, seed):
-        self.d, self.lam_u, self.lam_v = check_int("d", d, 1), check_positive("lam_u", lam_u), check_positive("lam_v", lam_v)
-        self.gamma, self.k1, self.k2 = check_positive("gamma", gamma), check_int("k1", k1, 1), check_int("k2", k2, 1)
-        self.noise = check_choice("noise", noise, NOISE_READINGS)
-        self.solver = ("closed" if self.noise == "fixed" else "gd") if solver is None else check_choice("solver", solver, SOLVERS)
+    def _resolve_solver(self):
+        "solver=None: 'closed' for fixed noise, 'gd' for fresh noise (the closed form has one eta)."
+        if self.solver is None: self.solver = "closed" if self.noise == "fixed" else "gd"
         if self.solver == "closed" and self.noise == "fresh": raise ValueError("noise='fresh' needs solver='gd' (the closed form has one eta)")
-        self.v_init, self.sensitivity = check_choice("v_init", v_init, V_INITS), check_choice("sensitivity", sensitivity, SENSITIVITIES)
-        self.max_norm, self.seed = check_positive("max_norm", max_norm), check_int("seed", seed, 0)
 
     def Delta(self, train: Ratings) -> float:
         "L2 sensitivity: max_norm * r_max (a rating set to 0, the paper's) or max_norm * (r_max - r_min) (values replaced)."
@@ -255,21 +251,20 @@ class DPPMF(_PMFObjective):
     test_params = dict(d=3, k1=5, k2=3, epsilon=1.0)
 
     def __init__(self,
-                 epsilon: float = 0.1,           # epsilon of the noise density exp(-eps ||eta|| / Delta) (the paper: eps_c = 0.1)
-                 d: int = 20,                    # rank of U and V
-                 lam_u: float = 0.01,            # lambda_u of Eq. (1)
-                 lam_v: float = 0.01,            # lambda_v of Eqs. (1) and (8)
-                 gamma: float = 50.0,            # learning rate; applied as gamma / |Omega| (the paper's sum-gradients diverge)
-                 k1: int = 50,                   # gradient steps of plain PMF (step 1)
-                 k2: int = 10,                   # gradient steps of the perturbed phase (solver='gd'); not given by the paper
-                 solver: str | None = None,      # 'closed' (exact minimiser) or 'gd' (Alg. 2); None: closed for fixed noise, gd for fresh
-                 noise: str = "fixed",           # 'fixed' (one eta per item, Thm 4's object) or 'fresh' (new eta each step, Alg. 2 line 17)
-                 v_init: str = "pmf",            # start of the gd phase: 'pmf' (V of step 1, Alg. 2 line 14) or 'zero'
-                 sensitivity: str = "r_max",     # Delta: 'r_max' (the paper's; a rating set to 0) or 'range' (r_max - r_min, values replaced)
-                 max_norm: float = 1.0,          # rows of U are clipped to this L2 norm (the proof needs ||u_i|| <= 1)
-                 seed: int = 0):                 # seed of step 1 (stream 0) and of the noise (stream 1)
-        self.epsilon = check_positive("epsilon", epsilon)
-        self._check_common(d, lam_u, lam_v, gamma, k1, k2, solver, noise, v_init, sensitivity, max_norm, seed)
+                 epsilon: Positive = 0.1,        # epsilon of the noise density exp(-eps ||eta|| / Delta) (the paper: eps_c = 0.1)
+                 d: Int(1) = 20,                 # rank of U and V
+                 lam_u: Positive = 0.01,         # lambda_u of Eq. (1)
+                 lam_v: Positive = 0.01,         # lambda_v of Eqs. (1) and (8)
+                 gamma: Positive = 50.0,         # learning rate; applied as gamma / |Omega| (the paper's sum-gradients diverge)
+                 k1: Int(1) = 50,                # gradient steps of plain PMF (step 1)
+                 k2: Int(1) = 10,                # gradient steps of the perturbed phase (solver='gd'); not given by the paper
+                 solver: Choice(*SOLVERS) | None = None,      # 'closed' (exact minimiser) or 'gd' (Alg. 2); None: closed for fixed noise, gd for fresh
+                 noise: Choice(*NOISE_READINGS) = "fixed",    # 'fixed' (one eta per item, Thm 4's object) or 'fresh' (new eta each step, Alg. 2 line 17)
+                 v_init: Choice(*V_INITS) = "pmf",            # start of the gd phase: 'pmf' (V of step 1, Alg. 2 line 14) or 'zero'
+                 sensitivity: Choice(*SENSITIVITIES) = "r_max",  # Delta: 'r_max' (the paper's; a rating set to 0) or 'range' (r_max - r_min, values replaced)
+                 max_norm: Positive = 1.0,       # rows of U are clipped to this L2 norm (the proof needs ||u_i|| <= 1)
+                 seed: Int(0) = 0):              # seed of step 1 (stream 0) and of the noise (stream 1)
+        self._resolve_solver()
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp051
 @patch
@@ -304,30 +299,29 @@ class PDPPMF(_PMFObjective):
     test_params = dict(d=3, k1=5, k2=3)
 
     def __init__(self,
-                 f_c: float = 0.54,              # fraction of conservative ratings (eps ~ U[eps_c, eps_m))
-                 f_m: float = 0.37,              # fraction of moderate ratings (eps ~ U[eps_m, eps_l)); liberal: the rest
-                 eps_c: float = 0.1,             # lowest conservative level
-                 eps_m: float = 0.2,             # conservative/moderate boundary
-                 eps_l: float = 1.0,             # the liberal level
+                 f_c: Float(0, 1) = 0.54,        # fraction of conservative ratings (eps ~ U[eps_c, eps_m))
+                 f_m: Float(0, 1) = 0.37,        # fraction of moderate ratings (eps ~ U[eps_m, eps_l)); liberal: the rest
+                 eps_c: Positive = 0.1,          # lowest conservative level
+                 eps_m: Positive = 0.2,          # conservative/moderate boundary
+                 eps_l: Positive = 1.0,          # the liberal level
                  t: str | float = "mean",        # threshold: 'mean' or 'max' of the training eps_ij, 'expected' (public E[eps]) or a number
-                 dropped: str = "remove",        # unselected ratings: 'remove' (I_ij on D_s, Alg. 2) or 'zero' (kept as 0, Thm 6's reading)
-                 d: int = 20,                    # rank of U and V
-                 lam_u: float = 0.01,            # lambda_u of Eq. (1)
-                 lam_v: float = 0.01,            # lambda_v of Eqs. (1) and (8)
-                 gamma: float = 50.0,            # learning rate; applied as gamma / |Omega| (the paper's sum-gradients diverge)
-                 k1: int = 50,                   # gradient steps of plain PMF on the sample (step 1)
-                 k2: int = 10,                   # gradient steps of the perturbed phase (solver='gd'); not given by the paper
-                 solver: str | None = None,      # 'closed' (exact minimiser) or 'gd' (Alg. 2); None: closed for fixed noise, gd for fresh
-                 noise: str = "fixed",           # 'fixed' (one eta per item, Thm 4's object) or 'fresh' (new eta each step, Alg. 2 line 17)
-                 v_init: str = "pmf",            # start of the gd phase: 'pmf' (V of step 1, Alg. 2 line 14) or 'zero'
-                 sensitivity: str = "r_max",     # Delta: 'r_max' (the paper's) or 'range' (r_max - r_min; only with dropped='remove')
-                 max_norm: float = 1.0,          # rows of U are clipped to this L2 norm (the proof needs ||u_i|| <= 1)
-                 seed: int = 0):                 # seed of step 1 (stream 0), noise (1), specification (2) and sampling (3)
-        self.f_c, self.f_m, self.eps_c, self.eps_m, self.eps_l = check_spec_params(f_c, f_m, eps_c, eps_m, eps_l)
-        if isinstance(t, str): self.t = check_choice("t", t, THRESHOLDS)
-        else: self.t = check_positive("t", t)
-        self.dropped = check_choice("dropped", dropped, DROPPED)
-        self._check_common(d, lam_u, lam_v, gamma, k1, k2, solver, noise, v_init, sensitivity, max_norm, seed)
+                 dropped: Choice(*DROPPED) = "remove",  # unselected ratings: 'remove' (I_ij on D_s, Alg. 2) or 'zero' (kept as 0, Thm 6's reading)
+                 d: Int(1) = 20,                 # rank of U and V
+                 lam_u: Positive = 0.01,         # lambda_u of Eq. (1)
+                 lam_v: Positive = 0.01,         # lambda_v of Eqs. (1) and (8)
+                 gamma: Positive = 50.0,         # learning rate; applied as gamma / |Omega| (the paper's sum-gradients diverge)
+                 k1: Int(1) = 50,                # gradient steps of plain PMF on the sample (step 1)
+                 k2: Int(1) = 10,                # gradient steps of the perturbed phase (solver='gd'); not given by the paper
+                 solver: Choice(*SOLVERS) | None = None,      # 'closed' (exact minimiser) or 'gd' (Alg. 2); None: closed for fixed noise, gd for fresh
+                 noise: Choice(*NOISE_READINGS) = "fixed",    # 'fixed' (one eta per item, Thm 4's object) or 'fresh' (new eta each step, Alg. 2 line 17)
+                 v_init: Choice(*V_INITS) = "pmf",            # start of the gd phase: 'pmf' (V of step 1, Alg. 2 line 14) or 'zero'
+                 sensitivity: Choice(*SENSITIVITIES) = "r_max",  # Delta: 'r_max' (the paper's) or 'range' (r_max - r_min; only with dropped='remove')
+                 max_norm: Positive = 1.0,       # rows of U are clipped to this L2 norm (the proof needs ||u_i|| <= 1)
+                 seed: Int(0) = 0):              # seed of step 1 (stream 0), noise (1), specification (2) and sampling (3)
+        "t (a name or a number) and the conditions between parameters are checked here; the rest by the base class."
+        check_spec_params(self.f_c, self.f_m, self.eps_c, self.eps_m, self.eps_l)   # f_c + f_m <= 1, eps_c < eps_m < eps_l
+        self.t = check_choice("t", t, THRESHOLDS) if isinstance(t, str) else check_positive("t", t)
+        self._resolve_solver()
         if self.dropped == "zero" and self.sensitivity != "r_max":
             raise ValueError(f"sensitivity={self.sensitivity!r} with dropped='zero': a rating set to 0 moves b_j by r u_i, so Delta must be r_max")
 

@@ -15,7 +15,7 @@ from fastcore.basics import patch
 from numba import njit, prange
 from scipy import stats
 from tqdm.auto import tqdm
-from .checks import check_bool, check_choice, check_float, check_int, check_positive, check_unit_interval, show
+from .checks import Check, Choice, Float, Int, Positive, check_choice, check_int, check_positive, check_unit_interval, show
 from .data import Ratings
 from .privacy import NEIGHBOURING
 from .kernels import (_GOLDEN, _JIT, _below, _mix64, PREFETCH_AHEAD, als_sweep, predict_kernel,
@@ -308,44 +308,34 @@ class SGLD(Mechanism):
     overflow_hint = "lower step={step}"
 
     def __init__(self,
-                 epsilon: float = 1.0,            # per-user ε of one exact posterior sample (users of weight 1)
-                 tau: int = 100,                  # ratings kept per user (trimming) or each user's weight budget
-                 d: int = 8,                      # rank of U and V
-                 epochs: int = 40,                # SGLD epochs; the iterate after the last one is the released sample
-                 step: float = 0.01,              # per-rating step on the tempered likelihood, (η/2)·γ·λ_r
-                 step_decay: float = 0.0,         # η_t = η·(1 + t)^-step_decay
-                 lambda_r: float = 1.0,           # likelihood precision λ_r (fixed: a data-dependent one voids B)
-                 prior_std: float | None = 0.25,  # prior std σ_p of each coordinate of u_i, v_j (None: (2d)^-1/4)
-                 lambda_b: float = 10.0,          # prior precision of the biases b_i, c_j
-                 neighbouring: str = "replace",   # 'replace' one user's ratings, or 'add_remove' a user
-                 constant: str = "derived",       # K: 'derived' one-sided (2B replace, B add/remove) or 'paper' two-sided (4B, 2B)
-                 bound: str = "trim",             # how B is made to hold: 'trim' to tau ratings or 'reweight'
-                 weights=None,                    # per-user weights w_i in [0, 1] (None: all 1): ε_i = w_i·ε
-                 noise: str = "table",            # Gaussian draws from a 'table' or 'fresh' (counter-based)
+                 epsilon: Positive = 1.0,         # per-user ε of one exact posterior sample (users of weight 1)
+                 tau: Int(1) = 100,               # ratings kept per user (trimming) or each user's weight budget
+                 d: Int(1) = 8,                   # rank of U and V
+                 epochs: Int(1) = 40,             # SGLD epochs; the iterate after the last one is the released sample
+                 step: Positive = 0.01,           # per-rating step on the tempered likelihood, (η/2)·γ·λ_r
+                 step_decay: Float(0, 1) = 0.0,   # η_t = η·(1 + t)^-step_decay
+                 lambda_r: Positive = 1.0,        # likelihood precision λ_r (fixed: a data-dependent one voids B)
+                 prior_std: Positive | None = 0.25,  # prior std σ_p of each coordinate of u_i, v_j (None: (2d)^-1/4)
+                 lambda_b: Positive = 10.0,       # prior precision of the biases b_i, c_j
+                 neighbouring: Choice("replace", "add_remove") = "replace",  # 'replace' one user's ratings, or 'add_remove' a user
+                 constant: Choice("derived", "paper") = "derived",  # K: 'derived' one-sided (2B replace, B add/remove) or 'paper' two-sided (4B, 2B)
+                 bound: Choice("trim", "reweight") = "trim",       # how B is made to hold: 'trim' to tau ratings or 'reweight'
+                 weights: Check(_user_weights) | None = None,     # per-user weights w_i in [0, 1] (None: all 1): ε_i = w_i·ε
+                 noise: Choice("table", "fresh") = "table",       # Gaussian draws from a 'table' or 'fresh' (counter-based)
                  table_size: int = 65_536,        # numbers in the Gaussian table (at least 2(d + 1))
-                 mu: float | None = None,         # public offset μ (None: the midpoint of the rating range)
-                 local_reg: float = 5.0,          # ridge λ of each user's local fit of (u_i, b_i) given V, c
-                 threads: int | None = None,      # threads to run (None: 1)
-                 blocks: int | None = None,       # G of the G x G block grid (None: threads); fixes the result
-                 layout: str = "user",            # order inside a block: 'user' (user visits) or 'random'
-                 seed: int = 0):                  # seed of trimming, start, table and noise
-        self.epsilon, self.tau, self.d = check_positive("epsilon", epsilon), check_int("tau", tau, 1), check_int("d", d, 1)
-        self.epochs, self.step = check_int("epochs", epochs, 1), check_positive("step", step)
-        self.step_decay, self.lambda_r = check_float("step_decay", step_decay, 0, 1), check_positive("lambda_r", lambda_r)
-        self.prior_std, self.lambda_b = check_positive("prior_std", prior_std, allow_none=True), check_positive("lambda_b", lambda_b)
-        self.neighbouring = check_choice("neighbouring", neighbouring, ("replace", "add_remove"))
-        self.constant, self.bound = check_choice("constant", constant, ("derived", "paper")), check_choice("bound", bound, ("trim", "reweight"))
-        self.weights = _check_unit_interval(weights)
-        self.noise, self.table_size = check_choice("noise", noise, ("table", "fresh")), check_int("table_size", table_size, 2 * (self.d + 1))
-        self.mu, self.local_reg = check_float("mu", mu, allow_none=True), check_positive("local_reg", local_reg)
-        self.threads, self.blocks = check_int("threads", threads, 1, allow_none=True), check_int("blocks", blocks, 1, allow_none=True)
-        self.layout, self.seed = check_choice("layout", layout, ("random", "user")), check_int("seed", seed, 0)
+                 mu: Float() | None = None,       # public offset μ (None: the midpoint of the rating range)
+                 local_reg: Positive = 5.0,       # ridge λ of each user's local fit of (u_i, b_i) given V, c
+                 threads: Int(1) | None = None,   # threads to run (None: 1)
+                 blocks: Int(1) | None = None,    # G of the G x G block grid (None: threads); fixes the result
+                 layout: Choice("random", "user") = "user",  # order inside a block: 'user' (user visits) or 'random'
+                 seed: Int(0) = 0):               # seed of trimming, start, table and noise
+        "table_size, whose lower bound depends on d, is checked here; the rest by the base class."
+        self.table_size = check_int("table_size", table_size, 2 * (self.d + 1))
 
 # %% ../nbs/07_sgld.ipynb #29a76655
-def _check_unit_interval(weights):
-    "None, one weight for everybody, or one per user: finite and in [0, 1]."
-    if weights is None: return None
-    w = check_unit_interval("weights", weights, max_ndim=1)
+def _user_weights(name: str, value):
+    "The check of SGLD's `weights`: one weight for everybody (a float) or one per user (float32), each finite and in [0, 1]."
+    w = check_unit_interval(name, value, max_ndim=1)
     return float(w) if w.ndim == 0 else w.astype(np.float32)
 
 @patch

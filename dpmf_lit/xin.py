@@ -13,6 +13,7 @@ from scipy.sparse.linalg import svds
 from numba import njit
 from tqdm.auto import tqdm
 from . import checks
+from .checks import Choice, Float, Int, Positive
 from .data import Ratings
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
 
@@ -218,29 +219,21 @@ class XinPublicPrivate(Mechanism):
     overflow_hint = "raise lam={lam}"
 
     def __init__(self,
-                 public: float = 0.01,      # share of users who are public, in (0, 1]
-                 select: str = "most",      # public users: 'most' ratings first or 'random'
-                 d: int = 20,               # rank kept of Σ = V Vᵀ
-                 lam: float = 0.01,         # λ′ of Eqs. 3–4 (0.01: tuned on ML-100K public users)
-                 em_iters: int = 20,        # EM iterations on the public users
-                 mode: str = "local",       # 'local', 'pmd', 'pmc', 'laplace', 'sslp', 'exact' or 'full-em'
-                 n_private: int | None = None,  # private users who respond (most ratings first; None: all)
-                 weight: float | None = 0.5,  # weight of a private response in the M-step, in (0, 1]; None: by validation
-                 batch: int = 20,           # responses between server updates
-                 epsilon: float = 1.0,      # ε: per entry for 'laplace', per user (whole vector) for 'sslp'
-                 sweeps: int = 3,           # PMD: passes of greedy swaps
-                 trace: str = "uniform",    # trace norm of the public EM: 'uniform' or 'weighted'
-                 zeta: float = 0.1,         # smoothing of the weighted trace norm's marginals, in [0, 1]
-                 seed: int = 0):            # seed of the EM start, the public draw, the responses and the validation split
-        self.public = checks.check_float("public", public, 0.0, 1.0, low_open=True)
-        self.select = checks.check_choice("select", select, ("most", "random"))
-        self.d, self.lam = checks.check_int("d", d, 1), checks.check_positive("lam", lam)
-        self.em_iters, self.mode = checks.check_int("em_iters", em_iters, 1), checks.check_choice("mode", mode, MODES)
-        self.n_private = checks.check_int("n_private", n_private, 0, allow_none=True)
-        self.weight = checks.check_float("weight", weight, 0.0, 1.0, low_open=True, allow_none=True)
-        self.batch, self.epsilon = checks.check_int("batch", batch, 1), checks.check_positive("epsilon", epsilon)
-        self.sweeps, self.seed = checks.check_int("sweeps", sweeps, 0), checks.check_int("seed", seed, 0)
-        self.trace, self.zeta = checks.check_choice("trace", trace, ("uniform", "weighted")), checks.check_float("zeta", zeta, 0.0, 1.0)
+                 public: Float(0, 1, low_open=True) = 0.01,  # share of users who are public, in (0, 1]
+                 select: Choice("most", "random") = "most",  # public users: 'most' ratings first or 'random'
+                 d: Int(1) = 20,            # rank kept of Σ = V Vᵀ
+                 lam: Positive = 0.01,      # λ′ of Eqs. 3–4 (0.01: tuned on ML-100K public users)
+                 em_iters: Int(1) = 20,     # EM iterations on the public users
+                 mode: Choice(*MODES) = "local",  # 'local', 'pmd', 'pmc', 'laplace', 'sslp', 'exact' or 'full-em'
+                 n_private: Int(0) | None = None,  # private users who respond (most ratings first; None: all)
+                 weight: Float(0, 1, low_open=True) | None = 0.5,  # weight of a private response in the M-step, in (0, 1]; None: by validation
+                 batch: Int(1) = 20,        # responses between server updates
+                 epsilon: Positive = 1.0,   # ε: per entry for 'laplace', per user (whole vector) for 'sslp'
+                 sweeps: Int(0) = 3,        # PMD: passes of greedy swaps
+                 trace: Choice("uniform", "weighted") = "uniform",  # trace norm of the public EM: 'uniform' or 'weighted'
+                 zeta: Float(0, 1) = 0.1,   # smoothing of the weighted trace norm's marginals, in [0, 1]
+                 seed: Int(0) = 0):         # seed of the EM start, the public draw, the responses and the validation split
+        "Nothing to add: the base class checks and stores each parameter."
 
 # %% ../nbs/08_public_private.ipynb #09ac4385
 @patch
