@@ -15,6 +15,7 @@ from numba import njit, prange
 from tqdm.auto import tqdm
 from . import data as dpdata
 from . import mf as dpmf
+from .kernels import numba_threads
 from . import checks
 
 # %% auto #0
@@ -129,13 +130,10 @@ def _best_time(fn, repeats: int) -> float:
 def stream_bandwidth(threads: int = 1, n_bytes: int = 256 * 2**20, repeats: int = 3) -> float:
     "Copy bandwidth in GB/s (bytes read + written per second) of an `n_bytes` float32 array."
     src = np.ones(n_bytes // 4, np.float32); dst = np.empty_like(src)
-    old = numba.get_num_threads()
-    try:
-        numba.set_num_threads(threads)
+    with numba_threads(threads):
         _parallel_copy(src[:8], dst[:8])
         fn = (lambda: np.copyto(dst, src)) if threads == 1 else (lambda: _parallel_copy(src, dst))
         return 2 * src.nbytes / _best_time(fn, repeats) / 1e9
-    finally: numba.set_num_threads(old)
 
 def random_row_rate(n_rows: int, d: int, threads: int = 1, n_touch: int = 2_000_000, repeats: int = 3, seed: int = 0) -> float:
     """Rows per second read-modify-written at random in an (n_rows, d) float32 matrix (a P-sized matrix).
@@ -146,13 +144,10 @@ def random_row_rate(n_rows: int, d: int, threads: int = 1, n_touch: int = 2_000_
     share = max(n_rows // threads, 1)
     chunk = np.arange(n_touch) * threads // n_touch           # thread c runs the c-th contiguous part of `rows`
     rows = (np.minimum(chunk * share, n_rows - 1) + rng.integers(0, share, n_touch)).clip(0, n_rows - 1).astype(np.int32)
-    old = numba.get_num_threads()
-    try:
-        numba.set_num_threads(threads)
+    with numba_threads(threads):
         _touch_rows(M, rows[:4]); _touch_rows_parallel(M, rows[:4], threads)
         fn = (lambda: _touch_rows(M, rows)) if threads == 1 else (lambda: _touch_rows_parallel(M, rows, threads))
         return n_touch / _best_time(fn, repeats)
-    finally: numba.set_num_threads(old)
 
 # %% ../nbs/91_bench.ipynb #9258cdbc
 @njit(parallel=True, cache=True)
@@ -167,12 +162,9 @@ def _spin(n_chunks, n):
 def compute_scaling(threads: int, n: int = 20_000_000, repeats: int = 3) -> float:
     """Speed-up of a pure-compute numba `prange` kernel on `threads` threads over one thread, now: the
     ceiling for any multi-thread speed-up in this run (below `threads` when other work holds cores)."""
-    old = numba.get_num_threads()
-    try:
-        numba.set_num_threads(1); _spin(1, 10); t1 = _best_time(lambda: _spin(1, n), repeats)
-        numba.set_num_threads(threads); _spin(threads, 10); tT = _best_time(lambda: _spin(threads, n), repeats)
-        return threads * t1 / tT
-    finally: numba.set_num_threads(old)
+    with numba_threads(1): _spin(1, 10); t1 = _best_time(lambda: _spin(1, n), repeats)
+    with numba_threads(threads): _spin(threads, 10); tT = _best_time(lambda: _spin(threads, n), repeats)
+    return threads * t1 / tT
 
 # %% ../nbs/91_bench.ipynb #9c8dad09
 _COMPILED: dict = {}
@@ -232,9 +224,7 @@ def _dpmf_compile(kernel: str, threads: int) -> tuple[float, str]:
 def _bench_dpmf(r, d: int, threads: int, epochs: int, repeats: int, kernel: str = "serial",
                 lr: float = 0.005, reg: float = 0.02, seed: int = 0, layout: str = "random") -> dict:
     "Time `epochs` epochs of the dpmf SGD kernel ('serial' or 'parallel'), best of `repeats` fresh fits."
-    old = numba.get_num_threads()
-    try:
-        numba.set_num_threads(threads)
+    with numba_threads(threads):
         compile_s, jit_cache = _dpmf_compile(kernel, threads)
         t0 = time.perf_counter(); state = _dpmf_setup(kernel, r, threads, seed, layout); setup_s = time.perf_counter() - t0
         mu = float(np.mean(r.rating))
@@ -250,7 +240,6 @@ def _bench_dpmf(r, d: int, threads: int, epochs: int, repeats: int, kernel: str 
         t0 = time.perf_counter()
         dpmf.predict_kernel(r.user, r.item, P, Q, bu, bi, mu, True, float(np.min(r.rating)), float(np.max(r.rating)))
         eval_s = time.perf_counter() - t0
-    finally: numba.set_num_threads(old)
     rmse = _sample_rmse(r, lambda u, i: mu + bu[u] + bi[i] + np.einsum("ij,ij->i", P[u], Q[i]))
     n_upd = epochs * len(r)
     return dict(engine="dpmf-sgd" if kernel == "serial" else "dpmf-sgd-parallel", threads=threads,
@@ -266,9 +255,7 @@ def _bench_sgld(r, d: int, threads: int, epochs: int, repeats: int, noise: str =
                 seed: int = 0, layout: str = "user") -> dict:
     "Time `epochs` epochs of the SGLD kernel (Gaussian `noise` from a table or fresh) on the SGD engine's grid; best of `repeats`."
     from dpmf_lit import sgld
-    old = numba.get_num_threads()
-    try:
-        numba.set_num_threads(threads)
+    with numba_threads(threads):
         t0 = time.perf_counter()
         _, epoch = sgld.bench_epoch(r, d, threads, noise, table_size, seed, layout)
         setup_s, mu, lo, hi = time.perf_counter() - t0, float(np.mean(r.rating)), float(np.min(r.rating)), float(np.max(r.rating))
@@ -277,7 +264,6 @@ def _bench_sgld(r, d: int, threads: int, epochs: int, repeats: int, noise: str =
             P, Q, bu, bi = _init_factors(r, d, seed + rep)
             secs, cpu, _ = _timed(lambda: [epoch(P, Q, bu, bi, t) for t in range(epochs)])
             fits.append((secs, cpu))
-    finally: numba.set_num_threads(old)
     best, cpu = min(f[0] for f in fits[1:] or fits), min(f[1] for f in fits[1:] or fits)
     rmse = _sample_rmse(r, lambda u, i: np.clip(mu + bu[u] + bi[i] + np.einsum("ij,ij->i", P[u], Q[i]), lo, hi))
     n_upd = epochs * len(r)
@@ -659,15 +645,13 @@ def format_table(rows: list[dict]) -> str:
 def layout_study(r, d: int = 64, epochs: int = 1, repeats: int = 2, grid: int = 16, seed: int = 0,
                  progress: bool = False) -> list[dict]:
     "Single-thread updates/s of the package's SGD kernels over `r` in four memory orders (see above)."
-    old = numba.get_num_threads()
     mu, lr, reg = float(np.mean(r.rating)), 0.005, 0.02
     layouts = {"indirect shuffled": None,
                "contiguous shuffled": dict(n_groups=1, layout="random"),
                "user-grouped": dict(n_groups=1, layout="user"),
                f"grid {grid}x{grid}, user-grouped": dict(n_groups=grid, layout="user")}
     out = []
-    try:
-        numba.set_num_threads(1)
+    with numba_threads(1):
         for name, kw in tqdm(layouts.items(), desc="layouts", disable=not progress):
             kernel = "serial" if kw is None else "parallel"
             _dpmf_compile(kernel, 1)
@@ -680,7 +664,6 @@ def layout_study(r, d: int = 64, epochs: int = 1, repeats: int = 2, grid: int = 
                 best, best_cpu = min(best, secs), min(best_cpu, cpu)
             out.append(dict(layout=name, dataset=r.name, d=d, threads=1, updates_per_s=epochs * len(r) / best,
                             updates_per_cpu_s=epochs * len(r) / best_cpu, bytes_per_update=16 * d + 12))
-    finally: numba.set_num_threads(old)
     return out
 
 # %% ../nbs/91_bench.ipynb #7d3e5a10
@@ -691,15 +674,12 @@ def block_times(r, G: int, d: int = 64, layout: str = "user", seed: int = 0) -> 
     P, Q, bu, bi = _init_factors(r, d, seed)
     mu, lr, reg = np.float32(np.mean(r.rating)), np.float32(0.005), np.float32(0.02)
     t = np.zeros((G, G))
-    old = numba.get_num_threads()
-    try:
-        numba.set_num_threads(1)
+    with numba_threads(1):
         for rep in range(2):     # the first pass warms caches and the factors; the second is timed
             for k in range(G * G):
                 t0 = time.perf_counter()
                 _sgd_block(blk.user, blk.item, blk.rating, blk.ptr[k], blk.ptr[k + 1], P, Q, bu, bi, mu, lr, reg, reg, True)
                 t[k // G, k % G] = time.perf_counter() - t0
-    finally: numba.set_num_threads(old)
     return t
 
 # %% ../nbs/91_bench.ipynb #2b9c8f41

@@ -13,6 +13,7 @@ from numba import njit
 from scipy import sparse
 from tqdm.auto import tqdm
 from .data import Ratings, filter_counts, subsample
+from .kernels import numba_threads
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
 from .privacy import (PrivacyAccountant, classic_noise_multiplier, dp_accounting_pld_epsilon, dp_accounting_rdp_epsilon,
                       gaussian_epsilon_exact, gaussian_epsilon_rdp)
@@ -293,10 +294,8 @@ def bench_gauss(n_users: int = 11_345,      # the paper's Netflix slice: users
                 ) -> dict:
     "Seconds per iteration of the numba kernels and of plain numpy/scipy on the same synthetic data, in one run; prints them."
     from dpmf_lit.data import synthetic
-    import numba
     r = synthetic(n_users, n_items, n_ratings, seed=seed)
-    old = numba.get_num_threads(); numba.set_num_threads(1)
-    try:
+    with numba_threads(1):
         o = np.argsort(r.item, kind="stable")
         u, i, v = (np.ascontiguousarray(a[o]) for a in (r.user, r.item, r.rating))
         m = GaussMF(n=n, J=1); X, T = m.init_profiles(r); sX, sT = m.row_scales(r)
@@ -308,7 +307,6 @@ def bench_gauss(n_users: int = 11_345,      # the paper's Netflix slice: users
             return (time.perf_counter() - t0) / iters
         fast = timed(lambda: gauss_iteration(u, i, v, X, T, 0.01, 1.0, 1e-6, nX, nT, sX, sT, work))
         slow = timed(lambda: gauss_iteration_numpy(u, i, v, X, T, 0.01, 1.0, 1e-6, nX, nT, sX, sT))
-    finally: numba.set_num_threads(old)
     out = {"n_users": n_users, "n_items": n_items, "n_ratings": len(r), "n": n, "numba_s": fast, "numpy_s": slow, "ratio": slow / fast}
     print(f"{len(r):,} ratings, {n_users:,} users x {n_items:,} items, n={n}: numba {fast:.3f} s/iteration, "
           f"numpy/scipy {slow:.3f} s/iteration, ratio {slow / fast:.1f}x (one core)")

@@ -14,7 +14,7 @@ import numba
 from tqdm import tqdm
 from .checks import Bool, Choice, Float, Int, Positive, show
 from .data import Ratings
-from .kernels import (PREFETCH_AHEAD, SGDBlocks, als_sweep, gd_step, mf_gradient, predict_kernel,  # noqa: F401
+from .kernels import (PREFETCH_AHEAD, SGDBlocks, als_sweep, gd_step, mf_gradient, numba_threads, predict_kernel,  # noqa: F401
                               prefetch_item, prefetch_row, prepare_sgd_blocks, sgd_epoch, sgd_epoch_parallel, to_csr)
 from .mechanism import (MECHANISMS, Factors, FittedModel, Mechanism, PrivacyReport,  # noqa: F401
                                 get_mechanism, mechanisms, register_mechanism)
@@ -142,9 +142,8 @@ def _epochs(self: PMF, p: dict, train: Ratings, model: FittedModel, b, c, progre
         blocks = prepare_sgd_blocks(user, item, rating, train.n_users, train.n_items, n_threads=p["blocks"], seed=self.seed, layout=self.layout)
     elif self.solver == "als":
         by_user, by_item = to_csr(user, item, rating, train.n_users), to_csr(item, user, rating, train.n_items)
-    history, prev_threads = [], numba.get_num_threads()
-    numba.set_num_threads(p["threads"])
-    try:
+    history = []
+    with numba_threads(p["threads"]):
         for epoch in tqdm(range(p["epochs"]), desc=f"pmf[{self.solver}]", disable=not progress, leave=False):
             if self.solver == "sgd":
                 sse = sgd_epoch_parallel(*blocks, U, V, b, c, mu, lr, p["reg"], p["reg_bias"], self.bias)
@@ -161,6 +160,4 @@ def _epochs(self: PMF, p: dict, train: Ratings, model: FittedModel, b, c, progre
             rec = dict(epoch=epoch + 1, train_rmse=math.sqrt(sse / len(user)), seconds=time.perf_counter() - t0)
             if valid is not None: rec["valid_rmse"] = evaluate(model, valid)["rmse"]
             history.append(rec)
-    finally:
-        numba.set_num_threads(prev_threads)
     return history

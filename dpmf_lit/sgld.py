@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from .checks import Check, Choice, Float, Int, Positive, check_choice, check_int, check_positive, check_unit_interval, show
 from .data import Ratings
 from .privacy import NEIGHBOURING
-from .kernels import (_GOLDEN, _JIT, _below, _mix64, PREFETCH_AHEAD, als_sweep, predict_kernel,
+from .kernels import (_GOLDEN, _JIT, _below, _mix64, PREFETCH_AHEAD, als_sweep, numba_threads, predict_kernel,
                               prefetch_item, prefetch_row, prepare_sgd_blocks, stratum_block, to_csr)
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
 from .mf import rmse
@@ -393,8 +393,7 @@ def _fit(self: SGLD, train: Ratings, progress: bool = False,
              else np.zeros(0, np.float32))
     lam = p["prior_std"] ** -2
     lo, hi, kseed, t0, history = train.rating_min, train.rating_max, int(self.rng(5).integers(2**62)), time.perf_counter(), []
-    prev = numba.get_num_threads(); numba.set_num_threads(p["threads"])
-    try:
+    with numba_threads(p["threads"]):
         for t in tqdm(range(self.epochs), desc="sgld", disable=not progress, leave=False):
             eta = p["eta"] * (1 + t) ** -self.step_decay
             ou_u, ou_v = ou_coefficients(counts, eta, lam, self.lambda_b), ou_coefficients(m_counts, eta, lam, self.lambda_b)
@@ -404,8 +403,6 @@ def _fit(self: SGLD, train: Ratings, progress: bool = False,
             if valid is not None: rec["valid_rmse"] = _rmse(U, V, b, c, p["mu"], valid)
             if on_epoch is not None: on_epoch(t, U, V, b, c)
             history.append(rec)
-    finally:
-        numba.set_num_threads(prev)
     U, b = local_user_fit(train, V, c, p["mu"], self.local_reg)
     return Factors(U, V, b, c, p["mu"], history, _sgld_report(self, p, w), params=_public(p))
 
@@ -700,8 +697,7 @@ def speed_ratio(r: Ratings,             # the ratings (one grid is built for bot
     "Median over interleaved pairs of SGD-time / SGLD-time per epoch (= SGLD/SGD in updates/s), and both rates."
     from dpmf_lit.kernels import sgd_epoch_parallel
     d, threads, pairs = check_int("d", d, 1), check_int("threads", threads, 1), check_int("pairs", pairs, 1)
-    old = numba.get_num_threads(); numba.set_num_threads(threads)
-    try:
+    with numba_threads(threads):
         blocks, sgld = bench_epoch(r, d, threads, noise, seed=seed)
         g, mu = np.random.default_rng(seed), float(np.mean(r.rating))
         U, V = (0.1 * g.standard_normal((r.n_users, d))).astype(np.float32), (0.1 * g.standard_normal((r.n_items, d))).astype(np.float32)
@@ -712,7 +708,6 @@ def speed_ratio(r: Ratings,             # the ratings (one grid is built for bot
         for t in range(pairs):
             t0 = time.perf_counter(); sgd(); t1 = time.perf_counter(); sgld(U, V, b, c, t + 1); t2 = time.perf_counter()
             t_sgd.append(t1 - t0); t_sgld.append(t2 - t1)
-    finally: numba.set_num_threads(old)
     ratios = np.array(t_sgd) / np.array(t_sgld)
     return dict(d=d, threads=threads, noise=noise, pairs=pairs, ratio=float(np.median(ratios)),
                 ratio_min=float(ratios.min()), ratio_max=float(ratios.max()),

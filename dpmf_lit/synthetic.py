@@ -12,6 +12,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 from .checks import check_bool, check_float, check_int, generator
+from .kernels import numba_threads
 from .ratings import Ratings
 
 # %% auto #0
@@ -232,12 +233,9 @@ def synthetic(n_users: int,                 # users (rows), at most 2**31 - 1
     chunk_starts = _chunk_starts(offsets, n_users, n_ratings, threads)
     user = np.empty(n_ratings, np.int32); item = np.empty(n_ratings, np.int32); rating = np.empty(n_ratings, np.float32)
     mu, scale = (rating_levels + 1) / 2, (rating_levels - 1) / 4
-    old = numba.get_num_threads()
-    try:
-        if threads: numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    with numba_threads(min(threads, numba.config.NUMBA_NUM_THREADS) if threads else None):
         _synth_kernel(counts, offsets, chunk_starts, U, V, w, alias, _normal(), rank ** -0.25, mu, scale, float(noise),
                       float(rating_levels), kseed, user, item, rating)
-    finally: numba.set_num_threads(old)
     r = Ratings(user, item, rating, n_users, n_items, 1.0, float(rating_levels), name,
                 np.arange(n_users, dtype=np.int64), np.arange(n_items, dtype=np.int64))
     return (r, dict(U=U, V=V, mu=mu, scale=scale)) if return_truth else r
