@@ -12,21 +12,13 @@ import numba
 import numpy as np
 from numba import njit, prange
 from .checks import check_bool, check_float, check_int, generator
-from .kernels import numba_threads
+from .kernels import _GOLDEN, _mix64, numba_threads   # splitmix64, one definition for the package
 from .ratings import Ratings
 
 # %% auto #0
 __all__ = ['normal_table', 'available_memory', 'synthetic_memory', 'synthetic']
 
 # %% ../nbs/00e_synthetic.ipynb #9bb96ca5
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
-@njit(inline="always")
-def _mix64(z):
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
 @njit(inline="always")
 def _next(state):
     "SplitMix64 step: (new state, 64 random bits)."
