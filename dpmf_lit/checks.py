@@ -109,8 +109,9 @@ def check_unit_interval(name: str, value, max_ndim: int | None = None) -> np.nda
 # %% ../nbs/00_checks.ipynb #5a9d1c27
 class Check:
     "A parameter's check, declared as its annotation; `check | None` also lets None through."
-    def __init__(self, fn, *args, kind: type = object, none: bool = False, **kwargs):
+    def __init__(self, fn, *args, kind: type = object, none: bool = False, text: str = "", **kwargs):
         self.fn, self.args, self.kwargs, self.kind, self.none = fn, args, kwargs, kind, none
+        self.text = text or fn.__name__   # how the declaration reads: Int(1), Positive, ...
 
     def __call__(self, name: str, value):
         "`fn(name, value, *args, **kwargs)`: the accepted value, or a ValueError naming `name`."
@@ -118,23 +119,30 @@ class Check:
 
     def __or__(self, other):
         if other is not None: return NotImplemented
-        return Check(self.fn, *self.args, kind=self.kind, none=True, **self.kwargs)
+        return Check(self.fn, *self.args, kind=self.kind, none=True, text=self.text, **self.kwargs)
     __ror__ = __or__
 
-    def __repr__(self):
-        args = [show(a) for a in self.args] + [f"{k}={show(v)}" for k, v in self.kwargs.items()]
-        return f"{self.fn.__name__}({', '.join(args)})" + (" | None" if self.none else "")
+    def __repr__(self): return self.text + (" | None" if self.none else "")
+
+def _text(name: str, *args, **kwargs) -> str:
+    "A declaration as written: `Float(0, 1, low_open=True)`, trailing None arguments and default flags left out."
+    args = list(args)
+    while args and args[-1] is None: args.pop()
+    return f"{name}({', '.join([show(a) for a in args] + [f'{k}={show(v)}' for k, v in kwargs.items() if v])})"
 
 def Int(low: int | None = None, high: int | None = None) -> Check:
     "An integer in [low, high] (`check_int`)."
-    return Check(check_int, low, high, kind=int)
+    return Check(check_int, low, high, kind=int, text=_text("Int", low, high))
 
 def Float(low: float | None = None, high: float | None = None, low_open: bool = False, high_open: bool = False) -> Check:
     "A finite number within the bounds (`check_float`)."
-    return Check(check_float, low, high, low_open, high_open, kind=float)
+    return Check(check_float, low, high, low_open, high_open, kind=float,
+                 text=_text("Float", low, high, low_open=low_open, high_open=high_open))
 
 def Choice(*choices: str) -> Check:
     "One of `choices` (`check_choice`)."
-    return Check(check_choice, choices, kind=str)
+    return Check(check_choice, choices, kind=str, text=_text("Choice", *choices))
 
-Positive, Fraction, Bool = Check(check_positive, kind=float), Check(check_fraction, kind=float), Check(check_bool, kind=bool)
+Positive = Check(check_positive, kind=float, text="Positive")
+Fraction = Check(check_fraction, kind=float, text="Fraction")
+Bool = Check(check_bool, kind=bool, text="Bool")

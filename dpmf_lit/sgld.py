@@ -301,6 +301,11 @@ def _ops_constant(B: float, neighbouring: str, constant: str) -> float:
     return ops_epsilon(B, neighbouring, "two_sided" if constant == "paper" else "one_sided")
 
 # %% ../nbs/07_sgld.ipynb #3d5226cb
+def _user_weights(name: str, value):
+    "The check of SGLD's `weights`: one weight for everybody (a float) or one per user (float32), each finite and in [0, 1]."
+    w = check_unit_interval(name, value, max_ndim=1)
+    return float(w) if w.ndim == 0 else w.astype(np.float32)
+
 @register_mechanism("sgld")
 class SGLD(Mechanism):
     "One posterior sample by SGLD (Liu, Wang & Smola 2015): user-level DP under exact sampling; releases V and c."
@@ -333,11 +338,6 @@ class SGLD(Mechanism):
         self.table_size = check_int("table_size", table_size, 2 * (self.d + 1))
 
 # %% ../nbs/07_sgld.ipynb #29a76655
-def _user_weights(name: str, value):
-    "The check of SGLD's `weights`: one weight for everybody (a float) or one per user (float32), each finite and in [0, 1]."
-    w = check_unit_interval(name, value, max_ndim=1)
-    return float(w) if w.ndim == 0 else w.astype(np.float32)
-
 @patch
 def resolved_params(self: SGLD, train: Ratings | None = None) -> dict:
     "Parameters with defaults resolved; with `train`, also B, K, γ and the Langevin step η."
