@@ -6,13 +6,14 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/checks.html.md"""
 
 # %% ../nbs/00_checks.ipynb #b0d47285
 from __future__ import annotations
-import math, numbers
+import contextlib, math, numbers, os, tempfile
+from pathlib import Path
 import numpy as np
 
 # %% auto #0
 __all__ = ['Positive', 'Fraction', 'Bool', 'UserError', 'show', 'check_float', 'check_int', 'check_positive', 'check_fraction',
            'check_bool', 'check_choice', 'check_seed', 'generator', 'check_unit_interval', 'Check', 'Int', 'Float',
-           'Choice']
+           'Choice', 'atomic_write_many', 'atomic_write']
 
 # %% ../nbs/00_checks.ipynb #78c95eb7
 class UserError(Exception):
@@ -146,3 +147,41 @@ def Choice(*choices: str) -> Check:
 Positive = Check(check_positive, kind=float, text="Positive")
 Fraction = Check(check_fraction, kind=float, text="Fraction")
 Bool = Check(check_bool, kind=bool, text="Bool")
+
+# %% ../nbs/00_checks.ipynb #f2c8b561
+def _umask() -> int:
+    mask = os.umask(0); os.umask(mask)   # the only way to read it; done once, at import, not while threads write
+    return mask
+
+_FILE_MODE = 0o666 & ~_umask()
+
+def _stage(path: Path, data) -> str:
+    "Write `data` to a new temporary sibling of `path`, flushed to disk, with `_FILE_MODE`; its name."
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with (os.fdopen(fd, "w", encoding="utf-8", newline="") if callable(data) else os.fdopen(fd, "wb")) as f:
+            if callable(data): data(f)
+            else: f.write(data.encode() if isinstance(data, str) else data)
+            f.flush(); os.fsync(f.fileno())
+        os.chmod(tmp, _FILE_MODE)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError): os.unlink(tmp)
+        raise
+    return tmp
+
+def atomic_write_many(files: dict) -> list[Path]:
+    "Write {path: data} all-or-nothing as far as POSIX allows: every temporary first, then the renames."
+    staged = []
+    try:
+        for path, data in files.items(): staged.append((_stage(Path(path), data), Path(path)))
+    except BaseException:
+        for tmp, _ in staged:
+            with contextlib.suppress(FileNotFoundError): os.unlink(tmp)
+        raise
+    for tmp, path in staged: os.replace(tmp, path)
+    return [p for _, p in staged]
+
+def atomic_write(path, data) -> Path:
+    "Write `data` (bytes, str, or a function `write(file)`) to `path` through a temporary sibling and `os.replace`."
+    return atomic_write_many({path: data})[0]
