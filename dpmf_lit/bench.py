@@ -136,7 +136,7 @@ def stream_bandwidth(threads: int = 1, n_bytes: int = 256 * 2**20, repeats: int 
         return 2 * src.nbytes / _best_time(fn, repeats) / 1e9
 
 def random_row_rate(n_rows: int, d: int, threads: int = 1, n_touch: int = 2_000_000, repeats: int = 3, seed: int = 0) -> float:
-    """Rows per second read-modify-written at random in an (n_rows, d) float32 matrix (a P-sized matrix).
+    """Rows per second read-modify-written at random in an (n_rows, d) float32 matrix (shaped like U).
     With several threads each touches its own contiguous share of the rows (as the block scheduler
     gives each thread its own users), so no cache line is shared."""
     rng = np.random.default_rng(seed)
@@ -171,9 +171,9 @@ _COMPILED: dict = {}
 
 def _init_factors(r, d: int, seed: int):
     rng = np.random.default_rng(seed)
-    P = (0.1 * rng.standard_normal((r.n_users, d))).astype(np.float32)
-    Q = (0.1 * rng.standard_normal((r.n_items, d))).astype(np.float32)
-    return P, Q, np.zeros(r.n_users, np.float32), np.zeros(r.n_items, np.float32)
+    U = (0.1 * rng.standard_normal((r.n_users, d))).astype(np.float32)
+    V = (0.1 * rng.standard_normal((r.n_items, d))).astype(np.float32)
+    return U, V, np.zeros(r.n_users, np.float32), np.zeros(r.n_items, np.float32)
 
 def _sample_rmse(r, predict, n: int = 20_000, seed: int = 0) -> float:
     "Training RMSE on a fixed sample of at most n ratings: a sanity check that an engine really trained."
@@ -200,12 +200,12 @@ def _dpmf_setup(kernel: str, r, threads: int, seed: int, layout: str = "random")
         return np.random.default_rng(seed).permutation(len(r.rating))
     return dpmf.prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_threads=threads, seed=seed, layout=layout)
 
-def _dpmf_epoch(kernel: str, r, state, P, Q, bu, bi, mu, lr, reg):
+def _dpmf_epoch(kernel: str, r, state, U, V, b, c, mu, lr, reg):
     "One epoch of the package's kernel, with biases (the PMF default model)."
     if kernel == "serial":
-        dpmf.sgd_epoch(r.user, r.item, r.rating, state, P, Q, bu, bi, mu, lr, reg, reg, True)
+        dpmf.sgd_epoch(r.user, r.item, r.rating, state, U, V, b, c, mu, lr, reg, reg, True)
     else:
-        dpmf.sgd_epoch_parallel(*state, P, Q, bu, bi, mu, lr, reg, reg, True)
+        dpmf.sgd_epoch_parallel(*state, U, V, b, c, mu, lr, reg, reg, True)
 
 def _dpmf_compile(kernel: str, threads: int) -> tuple[float, str]:
     "Trigger numba compilation (or cache load) once per kernel; (seconds, 'hit'|'miss'|'unknown')."
@@ -213,8 +213,8 @@ def _dpmf_compile(kernel: str, threads: int) -> tuple[float, str]:
         tiny = _tiny_problem()
         t0 = time.perf_counter()
         state = _dpmf_setup(kernel, tiny, threads, 0)
-        P, Q, bu, bi = _init_factors(tiny, 4, 0)
-        _dpmf_epoch(kernel, tiny, state, P, Q, bu, bi, 2.0, 0.01, 0.02)
+        U, V, b, c = _init_factors(tiny, 4, 0)
+        _dpmf_epoch(kernel, tiny, state, U, V, b, c, 2.0, 0.01, 0.02)
         secs = time.perf_counter() - t0
         fn = dpmf.sgd_epoch if kernel == "serial" else dpmf.sgd_epoch_parallel
         _COMPILED[kernel] = (secs, _jit_state(fn))
@@ -230,17 +230,17 @@ def _bench_dpmf(r, d: int, threads: int, epochs: int, repeats: int, kernel: str 
         mu = float(np.mean(r.rating))
         fits, cpus = [], []
         for rep in range(repeats):
-            P, Q, bu, bi = _init_factors(r, d, seed + rep)
+            U, V, b, c = _init_factors(r, d, seed + rep)
             secs = cpu = 0.0
             for _ in range(epochs):
                 t0, c0 = time.perf_counter(), time.process_time()
-                _dpmf_epoch(kernel, r, state, P, Q, bu, bi, mu, lr, reg)
+                _dpmf_epoch(kernel, r, state, U, V, b, c, mu, lr, reg)
                 secs += time.perf_counter() - t0; cpu += time.process_time() - c0
             fits.append(secs); cpus.append(cpu)
         t0 = time.perf_counter()
-        dpmf.predict_kernel(r.user, r.item, P, Q, bu, bi, mu, True, float(np.min(r.rating)), float(np.max(r.rating)))
+        dpmf.predict_kernel(r.user, r.item, U, V, b, c, mu, True, float(np.min(r.rating)), float(np.max(r.rating)))
         eval_s = time.perf_counter() - t0
-    rmse = _sample_rmse(r, lambda u, i: mu + bu[u] + bi[i] + np.einsum("ij,ij->i", P[u], Q[i]))
+    rmse = _sample_rmse(r, lambda u, i: mu + b[u] + c[i] + np.einsum("ij,ij->i", U[u], V[i]))
     n_upd = epochs * len(r)
     return dict(engine="dpmf-sgd" if kernel == "serial" else "dpmf-sgd-parallel", threads=threads,
                 seconds=min(fits), updates_per_s=n_upd / min(fits), updates_per_s_median=n_upd / statistics.median(fits),
@@ -261,11 +261,11 @@ def _bench_sgld(r, d: int, threads: int, epochs: int, repeats: int, noise: str =
         setup_s, mu, lo, hi = time.perf_counter() - t0, float(np.mean(r.rating)), float(np.min(r.rating)), float(np.max(r.rating))
         fits = []
         for rep in range(repeats + 1):   # the first fit compiles (or loads the cache) and is not counted
-            P, Q, bu, bi = _init_factors(r, d, seed + rep)
-            secs, cpu, _ = _timed(lambda: [epoch(P, Q, bu, bi, t) for t in range(epochs)])
+            U, V, b, c = _init_factors(r, d, seed + rep)
+            secs, cpu, _ = _timed(lambda: [epoch(U, V, b, c, t) for t in range(epochs)])
             fits.append((secs, cpu))
     best, cpu = min(f[0] for f in fits[1:] or fits), min(f[1] for f in fits[1:] or fits)
-    rmse = _sample_rmse(r, lambda u, i: np.clip(mu + bu[u] + bi[i] + np.einsum("ij,ij->i", P[u], Q[i]), lo, hi))
+    rmse = _sample_rmse(r, lambda u, i: np.clip(mu + b[u] + c[i] + np.einsum("ij,ij->i", U[u], V[i]), lo, hi))
     n_upd = epochs * len(r)
     return dict(engine=f"dpmf-sgld-{noise}", threads=threads, seconds=best, updates_per_s=n_upd / best,
                 updates_per_cpu_s=n_upd / max(cpu, 1e-9), setup_s=setup_s, compile_seconds=max(fits[0][0] - best, 0.0),
@@ -465,7 +465,7 @@ def _epochs_repeats(r, name, epochs, repeats, quick):
 
 # %% ../nbs/91_bench.ipynb #17e6e15a
 def _machine_limits(r, d: int, threads: tuple, seed: int) -> dict:
-    "Per thread count: stream bandwidth, random-row rate on a P-shaped matrix, pure-compute scaling."
+    "Per thread count: stream bandwidth, random-row rate on a U-shaped matrix, pure-compute scaling."
     return {t: dict(stream_gb_per_s=stream_bandwidth(t),
                     random_rows_per_s=random_row_rate(r.n_users, d, t, n_touch=min(len(r), 2_000_000), seed=seed),
                     compute_scaling=compute_scaling(t) if t > 1 else 1.0) for t in threads}
@@ -659,8 +659,8 @@ def layout_study(r, d: int = 64, epochs: int = 1, repeats: int = 2, grid: int = 
                      dpmf.prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_threads=1, seed=seed, **kw))
             best = best_cpu = math.inf
             for rep in range(repeats):
-                P, Q, bu, bi = _init_factors(r, d, seed + rep)
-                secs, cpu, _ = _timed(lambda: [_dpmf_epoch(kernel, r, state, P, Q, bu, bi, mu, lr, reg) for _ in range(epochs)])
+                U, V, b, c = _init_factors(r, d, seed + rep)
+                secs, cpu, _ = _timed(lambda: [_dpmf_epoch(kernel, r, state, U, V, b, c, mu, lr, reg) for _ in range(epochs)])
                 best, best_cpu = min(best, secs), min(best_cpu, cpu)
             out.append(dict(layout=name, dataset=r.name, d=d, threads=1, updates_per_s=epochs * len(r) / best,
                             updates_per_cpu_s=epochs * len(r) / best_cpu, bytes_per_update=16 * d + 12))
@@ -671,14 +671,14 @@ def block_times(r, G: int, d: int = 64, layout: str = "user", seed: int = 0) -> 
     "Seconds of each block (row group, column group) of a G x G grid run alone on one thread, after a warm-up epoch."
     from .kernels import _sgd_block
     blk = dpmf.prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_groups=G, seed=seed, layout=layout)
-    P, Q, bu, bi = _init_factors(r, d, seed)
+    U, V, b, c = _init_factors(r, d, seed)
     mu, lr, reg = np.float32(np.mean(r.rating)), np.float32(0.005), np.float32(0.02)
     t = np.zeros((G, G))
     with numba_threads(1):
         for rep in range(2):     # the first pass warms caches and the factors; the second is timed
             for k in range(G * G):
                 t0 = time.perf_counter()
-                _sgd_block(blk.user, blk.item, blk.rating, blk.ptr[k], blk.ptr[k + 1], P, Q, bu, bi, mu, lr, reg, reg, True)
+                _sgd_block(blk.user, blk.item, blk.rating, blk.ptr[k], blk.ptr[k + 1], U, V, b, c, mu, lr, reg, reg, True)
                 t[k // G, k % G] = time.perf_counter() - t0
     return t
 
