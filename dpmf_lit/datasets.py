@@ -66,7 +66,7 @@ def _verify_raw(name: str, src, u, i, r):
 
 def _file_is_valid(name, src, path, settings=None) -> bool:
     try:
-        raw = _read_raw(src.format, [path], name, settings)
+        raw = _read_raw(src.format, [path], name)
         _verify_raw(name, src, raw.user, raw.item, raw.rating)
         return True
     except (ValueError, OSError): return False
@@ -155,7 +155,7 @@ def load_dataset(name: str,                        # a data set of settings.ini
         else:
             hint = f" load_dataset(..., fetch=True) or `dpmf data fetch {name}` downloads it." if src.auto else ""
             raise FileNotFoundError(f"{name}: missing {', '.join(map(str, missing))}. {_where_to_get(name, s)}{hint}")
-    raw = _read_raw(src.format, paths, name, s)
+    raw = _read_raw(src.format, paths, name)
     if verify: _verify_raw(name, src, raw.user, raw.item, raw.rating)
     return _FINISHERS[src.format](raw, name, **options)
 
