@@ -13,6 +13,7 @@ import numba
 from tqdm.auto import tqdm
 from . import data as dpdata
 from . import mf as dpmf
+from .kernels import numba_threads
 from . import checks
 from .machine import _cpu_times, _timed, compute_scaling, machine_load, random_row_rate, stream_bandwidth
 from .reference_engines import _libmf, _reference_row, _sample_rmse, bench_subsample
@@ -50,9 +51,9 @@ _COMPILED: dict = {}
 
 def _init_factors(r, d: int, seed: int):
     rng = np.random.default_rng(seed)
-    P = (0.1 * rng.standard_normal((r.n_users, d))).astype(np.float32)
-    Q = (0.1 * rng.standard_normal((r.n_items, d))).astype(np.float32)
-    return P, Q, np.zeros(r.n_users, np.float32), np.zeros(r.n_items, np.float32)
+    U = (0.1 * rng.standard_normal((r.n_users, d))).astype(np.float32)
+    V = (0.1 * rng.standard_normal((r.n_items, d))).astype(np.float32)
+    return U, V, np.zeros(r.n_users, np.float32), np.zeros(r.n_items, np.float32)
 
 def _jit_state(fn) -> str:
     stats = getattr(fn, "stats", None)
@@ -73,12 +74,12 @@ def _dpmf_setup(kernel: str, r, threads: int, seed: int, layout: str = "random")
         return np.random.default_rng(seed).permutation(len(r.rating))
     return dpmf.prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_threads=threads, seed=seed, layout=layout)
 
-def _dpmf_epoch(kernel: str, r, state, P, Q, bu, bi, mu, lr, reg):
+def _dpmf_epoch(kernel: str, r, state, U, V, b, c, mu, lr, reg):
     "One epoch of the package's kernel, with biases (the PMF default model)."
     if kernel == "serial":
-        dpmf.sgd_epoch(r.user, r.item, r.rating, state, P, Q, bu, bi, mu, lr, reg, reg, True)
+        dpmf.sgd_epoch(r.user, r.item, r.rating, state, U, V, b, c, mu, lr, reg, reg, True)
     else:
-        dpmf.sgd_epoch_parallel(*state, P, Q, bu, bi, mu, lr, reg, reg, True)
+        dpmf.sgd_epoch_parallel(*state, U, V, b, c, mu, lr, reg, reg, True)
 
 def _dpmf_compile(kernel: str, threads: int) -> tuple[float, str]:
     "Trigger numba compilation (or cache load) once per kernel; (seconds, 'hit'|'miss'|'unknown')."
@@ -86,8 +87,8 @@ def _dpmf_compile(kernel: str, threads: int) -> tuple[float, str]:
         tiny = _tiny_problem()
         t0 = time.perf_counter()
         state = _dpmf_setup(kernel, tiny, threads, 0)
-        P, Q, bu, bi = _init_factors(tiny, 4, 0)
-        _dpmf_epoch(kernel, tiny, state, P, Q, bu, bi, 2.0, 0.01, 0.02)
+        U, V, b, c = _init_factors(tiny, 4, 0)
+        _dpmf_epoch(kernel, tiny, state, U, V, b, c, 2.0, 0.01, 0.02)
         secs = time.perf_counter() - t0
         fn = dpmf.sgd_epoch if kernel == "serial" else dpmf.sgd_epoch_parallel
         _COMPILED[kernel] = (secs, _jit_state(fn))
@@ -97,26 +98,23 @@ def _dpmf_compile(kernel: str, threads: int) -> tuple[float, str]:
 def _bench_dpmf(r, d: int, threads: int, epochs: int, repeats: int, kernel: str = "serial",
                 lr: float = 0.005, reg: float = 0.02, seed: int = 0, layout: str = "random") -> dict:
     "Time `epochs` epochs of the dpmf SGD kernel ('serial' or 'parallel'), best of `repeats` fresh fits."
-    old = numba.get_num_threads()
-    try:
-        numba.set_num_threads(threads)
+    with numba_threads(threads):
         compile_s, jit_cache = _dpmf_compile(kernel, threads)
         t0 = time.perf_counter(); state = _dpmf_setup(kernel, r, threads, seed, layout); setup_s = time.perf_counter() - t0
         mu = float(np.mean(r.rating))
         fits, cpus = [], []
         for rep in range(repeats):
-            P, Q, bu, bi = _init_factors(r, d, seed + rep)
+            U, V, b, c = _init_factors(r, d, seed + rep)
             secs = cpu = 0.0
             for _ in range(epochs):
                 t0, c0 = time.perf_counter(), time.process_time()
-                _dpmf_epoch(kernel, r, state, P, Q, bu, bi, mu, lr, reg)
+                _dpmf_epoch(kernel, r, state, U, V, b, c, mu, lr, reg)
                 secs += time.perf_counter() - t0; cpu += time.process_time() - c0
             fits.append(secs); cpus.append(cpu)
         t0 = time.perf_counter()
-        dpmf.predict_kernel(r.user, r.item, P, Q, bu, bi, mu, True, float(np.min(r.rating)), float(np.max(r.rating)))
+        dpmf.predict_kernel(r.user, r.item, U, V, b, c, mu, True, float(np.min(r.rating)), float(np.max(r.rating)))
         eval_s = time.perf_counter() - t0
-    finally: numba.set_num_threads(old)
-    rmse = _sample_rmse(r, lambda u, i: mu + bu[u] + bi[i] + np.einsum("ij,ij->i", P[u], Q[i]))
+    rmse = _sample_rmse(r, lambda u, i: mu + b[u] + c[i] + np.einsum("ij,ij->i", U[u], V[i]))
     n_upd = epochs * len(r)
     return dict(engine="dpmf-sgd" if kernel == "serial" else "dpmf-sgd-parallel", threads=threads,
                 seconds=min(fits), updates_per_s=n_upd / min(fits), updates_per_s_median=n_upd / statistics.median(fits),
@@ -131,20 +129,17 @@ def _bench_sgld(r, d: int, threads: int, epochs: int, repeats: int, noise: str =
                 seed: int = 0, layout: str = "user") -> dict:
     "Time `epochs` epochs of the SGLD kernel (Gaussian `noise` from a table or fresh) on the SGD engine's grid; best of `repeats`."
     from dpmf_lit import sgld
-    old = numba.get_num_threads()
-    try:
-        numba.set_num_threads(threads)
+    with numba_threads(threads):
         t0 = time.perf_counter()
         _, epoch = sgld.bench_epoch(r, d, threads, noise, table_size, seed, layout)
         setup_s, mu, lo, hi = time.perf_counter() - t0, float(np.mean(r.rating)), float(np.min(r.rating)), float(np.max(r.rating))
         fits = []
         for rep in range(repeats + 1):   # the first fit compiles (or loads the cache) and is not counted
-            P, Q, bu, bi = _init_factors(r, d, seed + rep)
-            secs, cpu, _ = _timed(lambda: [epoch(P, Q, bu, bi, t) for t in range(epochs)])
+            U, V, b, c = _init_factors(r, d, seed + rep)
+            secs, cpu, _ = _timed(lambda: [epoch(U, V, b, c, t) for t in range(epochs)])
             fits.append((secs, cpu))
-    finally: numba.set_num_threads(old)
     best, cpu = min(f[0] for f in fits[1:] or fits), min(f[1] for f in fits[1:] or fits)
-    rmse = _sample_rmse(r, lambda u, i: np.clip(mu + bu[u] + bi[i] + np.einsum("ij,ij->i", P[u], Q[i]), lo, hi))
+    rmse = _sample_rmse(r, lambda u, i: np.clip(mu + b[u] + c[i] + np.einsum("ij,ij->i", U[u], V[i]), lo, hi))
     n_upd = epochs * len(r)
     return dict(engine=f"dpmf-sgld-{noise}", threads=threads, seconds=best, updates_per_s=n_upd / best,
                 updates_per_cpu_s=n_upd / max(cpu, 1e-9), setup_s=setup_s, compile_seconds=max(fits[0][0] - best, 0.0),
@@ -201,7 +196,7 @@ def _epochs_repeats(r, name, epochs, repeats, quick):
 
 # %% ../nbs/91_bench.ipynb #17e6e15a
 def _machine_limits(r, d: int, threads: tuple, seed: int) -> dict:
-    "Per thread count: stream bandwidth, random-row rate on a P-shaped matrix, pure-compute scaling."
+    "Per thread count: stream bandwidth, random-row rate on a U-shaped matrix, pure-compute scaling."
     return {t: dict(stream_gb_per_s=stream_bandwidth(t),
                     random_rows_per_s=random_row_rate(r.n_users, d, t, n_touch=min(len(r), 2_000_000), seed=seed),
                     compute_scaling=compute_scaling(t) if t > 1 else 1.0) for t in threads}
@@ -381,15 +376,13 @@ def format_table(rows: list[dict]) -> str:
 def layout_study(r, d: int = 64, epochs: int = 1, repeats: int = 2, grid: int = 16, seed: int = 0,
                  progress: bool = False) -> list[dict]:
     "Single-thread updates/s of the package's SGD kernels over `r` in four memory orders (see above)."
-    old = numba.get_num_threads()
     mu, lr, reg = float(np.mean(r.rating)), 0.005, 0.02
     layouts = {"indirect shuffled": None,
                "contiguous shuffled": dict(n_groups=1, layout="random"),
                "user-grouped": dict(n_groups=1, layout="user"),
                f"grid {grid}x{grid}, user-grouped": dict(n_groups=grid, layout="user")}
     out = []
-    try:
-        numba.set_num_threads(1)
+    with numba_threads(1):
         for name, kw in tqdm(layouts.items(), desc="layouts", disable=not progress):
             kernel = "serial" if kw is None else "parallel"
             _dpmf_compile(kernel, 1)
@@ -397,12 +390,11 @@ def layout_study(r, d: int = 64, epochs: int = 1, repeats: int = 2, grid: int = 
                      dpmf.prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_threads=1, seed=seed, **kw))
             best = best_cpu = math.inf
             for rep in range(repeats):
-                P, Q, bu, bi = _init_factors(r, d, seed + rep)
-                secs, cpu, _ = _timed(lambda: [_dpmf_epoch(kernel, r, state, P, Q, bu, bi, mu, lr, reg) for _ in range(epochs)])
+                U, V, b, c = _init_factors(r, d, seed + rep)
+                secs, cpu, _ = _timed(lambda: [_dpmf_epoch(kernel, r, state, U, V, b, c, mu, lr, reg) for _ in range(epochs)])
                 best, best_cpu = min(best, secs), min(best_cpu, cpu)
             out.append(dict(layout=name, dataset=r.name, d=d, threads=1, updates_per_s=epochs * len(r) / best,
                             updates_per_cpu_s=epochs * len(r) / best_cpu, bytes_per_update=16 * d + 12))
-    finally: numba.set_num_threads(old)
     return out
 
 # %% ../nbs/91_bench.ipynb #7d3e5a10
@@ -410,18 +402,15 @@ def block_times(r, G: int, d: int = 64, layout: str = "user", seed: int = 0) -> 
     "Seconds of each block (row group, column group) of a G x G grid run alone on one thread, after a warm-up epoch."
     from .kernels import _sgd_block
     blk = dpmf.prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_groups=G, seed=seed, layout=layout)
-    P, Q, bu, bi = _init_factors(r, d, seed)
+    U, V, b, c = _init_factors(r, d, seed)
     mu, lr, reg = np.float32(np.mean(r.rating)), np.float32(0.005), np.float32(0.02)
     t = np.zeros((G, G))
-    old = numba.get_num_threads()
-    try:
-        numba.set_num_threads(1)
+    with numba_threads(1):
         for rep in range(2):     # the first pass warms caches and the factors; the second is timed
             for k in range(G * G):
                 t0 = time.perf_counter()
-                _sgd_block(blk.user, blk.item, blk.rating, blk.ptr[k], blk.ptr[k + 1], P, Q, bu, bi, mu, lr, reg, reg, True)
+                _sgd_block(blk.user, blk.item, blk.rating, blk.ptr[k], blk.ptr[k + 1], U, V, b, c, mu, lr, reg, reg, True)
                 t[k // G, k % G] = time.perf_counter() - t0
-    finally: numba.set_num_threads(old)
     return t
 
 # %% ../nbs/91_bench.ipynb #2b9c8f41

@@ -6,12 +6,14 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/checks.html.md"""
 
 # %% ../nbs/00_checks.ipynb #b0d47285
 from __future__ import annotations
-import math, numbers
+import contextlib, math, numbers, os, tempfile
+from pathlib import Path
 import numpy as np
 
 # %% auto #0
-__all__ = ['UserError', 'show', 'check_float', 'check_int', 'check_positive', 'check_fraction', 'check_bool', 'check_choice',
-           'check_seed', 'generator']
+__all__ = ['Positive', 'Fraction', 'Bool', 'UserError', 'show', 'check_float', 'check_int', 'check_positive', 'check_fraction',
+           'check_bool', 'check_choice', 'check_seed', 'generator', 'check_unit_interval', 'Check', 'Int', 'Float',
+           'Choice', 'atomic_write_many', 'atomic_write']
 
 # %% ../nbs/00_checks.ipynb #78c95eb7
 class UserError(Exception):
@@ -84,9 +86,102 @@ def check_choice(name: str, value, choices) -> str:
 def check_seed(name: str, value) -> int | np.random.Generator:
     "A seed: an integer >= 0 or a `numpy.random.Generator` (returned as is)."
     if isinstance(value, np.random.Generator): return value
-    return check_int(name, value, low=0)
+    try: return check_int(name, value, low=0)
+    except ValueError: raise ValueError(f"{name}={show(value)} must be an integer >= 0 or a numpy Generator") from None
 
 def generator(seed) -> np.random.Generator:
     "A numpy Generator from an integer seed (or the Generator itself, which is then advanced)."
     s = check_seed("seed", seed)
     return s if isinstance(s, np.random.Generator) else np.random.default_rng(s)
+
+# %% ../nbs/00_checks.ipynb #c4e1a7d2
+def check_unit_interval(name: str, value, max_ndim: int | None = None) -> np.ndarray:
+    "`value` (a number or an array: weights, probabilities) as a float64 array, or a ValueError naming `name` unless every entry is finite and in [0, 1] (and it has at most `max_ndim` axes)."
+    try: w = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError): raise ValueError(f"{name}={show(value)} must be a number or an array of numbers in [0, 1]") from None
+    if max_ndim is not None and w.ndim > max_ndim:
+        raise ValueError(f"{name} must be a number or an array of at most {max_ndim} axes in [0, 1]; got shape {w.shape}")
+    bad = ~(np.isfinite(w) & (w >= 0) & (w <= 1))
+    if bad.any():
+        k = int(np.argmax(bad.ravel()))
+        raise ValueError(f"{name} must be finite and in [0, 1]; {name}[{k}]={show(w.ravel()[k])}")
+    return w
+
+# %% ../nbs/00_checks.ipynb #5a9d1c27
+class Check:
+    "A parameter's check, declared as its annotation; `check | None` also lets None through."
+    def __init__(self, fn, *args, kind: type = object, none: bool = False, text: str = "", **kwargs):
+        self.fn, self.args, self.kwargs, self.kind, self.none = fn, args, kwargs, kind, none
+        self.text = text or fn.__name__   # how the declaration reads: Int(1), Positive, ...
+
+    def __call__(self, name: str, value):
+        "`fn(name, value, *args, **kwargs)`: the accepted value, or a ValueError naming `name`."
+        return None if value is None and self.none else self.fn(name, value, *self.args, **self.kwargs)
+
+    def __or__(self, other):
+        if other is not None: return NotImplemented
+        return Check(self.fn, *self.args, kind=self.kind, none=True, text=self.text, **self.kwargs)
+    __ror__ = __or__
+
+    def __repr__(self): return self.text + (" | None" if self.none else "")
+
+def _text(name: str, *args, **kwargs) -> str:
+    "A declaration as written: `Float(0, 1, low_open=True)`, trailing None arguments and default flags left out."
+    args = list(args)
+    while args and args[-1] is None: args.pop()
+    return f"{name}({', '.join([show(a) for a in args] + [f'{k}={show(v)}' for k, v in kwargs.items() if v])})"
+
+def Int(low: int | None = None, high: int | None = None) -> Check:
+    "An integer in [low, high] (`check_int`)."
+    return Check(check_int, low, high, kind=int, text=_text("Int", low, high))
+
+def Float(low: float | None = None, high: float | None = None, low_open: bool = False, high_open: bool = False) -> Check:
+    "A finite number within the bounds (`check_float`)."
+    return Check(check_float, low, high, low_open, high_open, kind=float,
+                 text=_text("Float", low, high, low_open=low_open, high_open=high_open))
+
+def Choice(*choices: str) -> Check:
+    "One of `choices` (`check_choice`)."
+    return Check(check_choice, choices, kind=str, text=_text("Choice", *choices))
+
+Positive = Check(check_positive, kind=float, text="Positive")
+Fraction = Check(check_fraction, kind=float, text="Fraction")
+Bool = Check(check_bool, kind=bool, text="Bool")
+
+# %% ../nbs/00_checks.ipynb #f2c8b561
+def _umask() -> int:
+    mask = os.umask(0); os.umask(mask)   # the only way to read it; done once, at import, not while threads write
+    return mask
+
+_FILE_MODE = 0o666 & ~_umask()
+
+def _stage(path: Path, data) -> str:
+    "Write `data` to a new temporary sibling of `path`, flushed to disk, with `_FILE_MODE`; its name."
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with (os.fdopen(fd, "w", encoding="utf-8", newline="") if callable(data) else os.fdopen(fd, "wb")) as f:
+            if callable(data): data(f)
+            else: f.write(data.encode() if isinstance(data, str) else data)
+            f.flush(); os.fsync(f.fileno())
+        os.chmod(tmp, _FILE_MODE)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError): os.unlink(tmp)
+        raise
+    return tmp
+
+def atomic_write_many(files: dict) -> list[Path]:
+    "Write {path: data} all-or-nothing as far as POSIX allows: every temporary first, then the renames."
+    staged = []
+    try:
+        for path, data in files.items(): staged.append((_stage(Path(path), data), Path(path)))
+    except BaseException:
+        for tmp, _ in staged:
+            with contextlib.suppress(FileNotFoundError): os.unlink(tmp)
+        raise
+    for tmp, path in staged: os.replace(tmp, path)
+    return [p for _, p in staged]
+
+def atomic_write(path, data) -> Path:
+    "Write `data` (bytes, str, or a function `write(file)`) to `path` through a temporary sibling and `os.replace`."
+    return atomic_write_many({path: data})[0]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import NamedTuple
 import numpy as np
 import pandas as pd
-from .checks import UserError, check_bool, check_positive
+from .checks import UserError, atomic_write, check_bool, check_positive
 from .formats import FORMATS, _FINISHERS, _READERS, _check_options, _read_raw, _where_to_get
 from .ratings import Ratings, _sha256_arrays
 from .settings import Settings, load_settings
@@ -64,22 +64,9 @@ def _verify_raw(name: str, src, u, i, r):
         got = _sha256_arrays(u, i, r)
         if got != src.sha256: raise ValueError(f"{name}: checksum of the parsed ratings is {got}, settings.ini expects {src.sha256}")
 
-def _write_atomic(target: Path, write):
-    "Call write(file) on a temporary file next to `target`, then rename it into place."
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmpname = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as f: write(f)
-        umask = os.umask(0); os.umask(umask)
-        os.chmod(tmpname, 0o666 & ~umask)                           # mkstemp creates 0600
-        os.replace(tmpname, target)
-    except BaseException:
-        if os.path.exists(tmpname): os.unlink(tmpname)
-        raise
-
 def _file_is_valid(name, src, path, settings=None) -> bool:
     try:
-        raw = _read_raw(src.format, [path], name, settings)
+        raw = _read_raw(src.format, [path], name)
         _verify_raw(name, src, raw.user, raw.item, raw.rating)
         return True
     except (ValueError, OSError): return False
@@ -129,7 +116,7 @@ def fetch_dataset(name: str,                       # a data set of settings.ini
         except Exception as e:
             errors.append(f"  {url}: {type(e).__name__}: {e}"); say(errors[-1]); continue
         if np.all(df.rating == np.round(df.rating)): df = df.astype({"rating": np.int64})
-        _write_atomic(target, lambda f: df.to_csv(f, sep="\t", header=False, index=False))
+        atomic_write(target, lambda f: df.to_csv(f, sep="\t", header=False, index=False))
         say(f"{name}: wrote {len(df):,} verified ratings to {target}")
         return target
     raise UserError(f"could not fetch {name}; every source failed:\n" + "\n".join(errors) + "\n" + _by_hand(name, s, src))
@@ -168,7 +155,7 @@ def load_dataset(name: str,                        # a data set of settings.ini
         else:
             hint = f" load_dataset(..., fetch=True) or `dpmf data fetch {name}` downloads it." if src.auto else ""
             raise FileNotFoundError(f"{name}: missing {', '.join(map(str, missing))}. {_where_to_get(name, s)}{hint}")
-    raw = _read_raw(src.format, paths, name, s)
+    raw = _read_raw(src.format, paths, name)
     if verify: _verify_raw(name, src, raw.user, raw.item, raw.rating)
     return _FINISHERS[src.format](raw, name, **options)
 

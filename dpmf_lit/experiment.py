@@ -9,12 +9,13 @@ from __future__ import annotations
 import contextlib, io, json, math, os, re, shutil, tempfile
 from pathlib import Path
 import numpy as np
+from .checks import atomic_write
 from .settings import Settings, load_settings
 
 # %% auto #0
 __all__ = ['FORMATS', 'NUMBERS_FILE', 'NAME_RE', 'SYNTHETIC_DEFAULTS', 'parse_value', 'parse_assignments', 'parse_dataset_spec',
-           'synthetic_spec', 'known_datasets', 'load_ratings', 'dataset_identity', 'atomic_write', 'atomic_write_many',
-           'experiment_dir', 'save_figure', 'to_jsonable', 'record']
+           'synthetic_spec', 'known_datasets', 'load_ratings', 'dataset_identity', 'experiment_dir', 'save_figure',
+           'to_jsonable', 'record']
 
 # %% ../nbs/92_experiment.ipynb #c1c53c26
 FORMATS = ("png", "svg")         # every figure is written in these formats
@@ -99,42 +100,6 @@ def dataset_identity(spec: str, settings: Settings) -> dict:
     if name == "synthetic": return {"synthetic": synthetic_spec(**kwargs)}
     src = settings.dataset(name)
     return {"name": name, "sha256": src.sha256, "n_ratings": src.n_ratings, "files": list(src.files), "format": src.format}
-
-# %% ../nbs/92_experiment.ipynb #442a685b
-def atomic_write(path, data: bytes | str) -> Path:
-    "Write `data` to `path` through a temporary sibling and `os.replace` (readers never see a partial file)."
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-            f.flush(); os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError): os.unlink(tmp)
-        raise
-    return path
-
-def atomic_write_many(files: dict) -> list[Path]:
-    "Write several files all-or-nothing as far as POSIX allows: every temporary first, then the renames."
-    staged = []
-    try:
-        for path, data in files.items():
-            path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            staged.append((tmp, path))
-            with os.fdopen(fd, "wb") as f:
-                f.write(data.encode() if isinstance(data, str) else data)
-                f.flush(); os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)
-    except BaseException:
-        for tmp, _ in staged:
-            with contextlib.suppress(FileNotFoundError): os.unlink(tmp)
-        raise
-    for tmp, path in staged: os.replace(tmp, path)
-    return [p for _, p in staged]
 
 # %% ../nbs/92_experiment.ipynb #e9e2a55f
 _SCRATCH = "dpmf-experiment-"

@@ -34,9 +34,9 @@ def _where_to_get(dataset: str | None, settings: Settings | None = None, fetch_h
     if src.auto and fetch_hint: msg += f" Or run `dpmf data fetch {dataset}`."
     return msg
 
-def _require_file(path, dataset: str | None, settings: Settings | None = None) -> Path:
+def _require_file(path, dataset: str | None) -> Path:
     p = Path(path)
-    if not p.exists(): raise FileNotFoundError(f"{dataset or 'data'} file {str(p)!r} does not exist. {_where_to_get(dataset, settings)}")
+    if not p.exists(): raise FileNotFoundError(f"{dataset or 'data'} file {str(p)!r} does not exist. {_where_to_get(dataset)}")
     return p
 
 # %% ../nbs/00c_formats.ipynb #a2924694
@@ -239,11 +239,10 @@ def _after_header(buf, fmt: TableFormat, path) -> tuple[int, int]:
 # %% ../nbs/00c_formats.ipynb #3c6e97ca
 def read_table(path,                             # the file
                fmt: TableFormat,                 # its format
-               dataset: str | None = None,       # data set name, for where-to-get-it hints
-               settings: Settings | None = None, # where the data set's files go (default: load_settings())
+               dataset: str | None = None,       # data set name, for where-to-get-it hints (from load_settings())
                ) -> RawRatings:
     "Parse a delimited ratings file into raw (user id, item id, rating) arrays, or name the first bad line."
-    path = _require_file(path, dataset, settings)
+    path = _require_file(path, dataset)
     buf = _file_bytes(path)
     start, skipped = _after_header(buf, fmt, path)
     cap = _count_lines(buf)
@@ -289,22 +288,21 @@ def _finish_movielens_dat(raw, name, rating_min=None, on_duplicate="error"):
 
 def _finish_movielens_csv(raw, name, on_duplicate="error"): return _ratings(raw, 0.5, 5, name, on_duplicate)
 
-def load_movielens_100k(path, name: str = "ml-100k", settings: Settings | None = None, on_duplicate: str = "error") -> Ratings:
+def load_movielens_100k(path, name: str = "ml-100k", on_duplicate: str = "error") -> Ratings:
     "MovieLens 100K `u.data` (or our `ratings.tsv`): user, item, rating (1..5), timestamp, tab-separated."
     _check_options(on_duplicate=on_duplicate)
-    return _finish_movielens_100k(read_table(path, ML100K_FORMAT, name, settings), name, on_duplicate)
+    return _finish_movielens_100k(read_table(path, ML100K_FORMAT, name), name, on_duplicate)
 
-def load_movielens_dat(path, name: str = "ml-1m", settings: Settings | None = None, rating_min: float | None = None,
-                       on_duplicate: str = "error") -> Ratings:
+def load_movielens_dat(path, name: str = "ml-1m", rating_min: float | None = None, on_duplicate: str = "error") -> Ratings:
     """MovieLens 1M/10M `ratings.dat`: `UserID::MovieID::Rating::Timestamp`. The declared range is 1..5
     for whole-star files and 0.5..5 when any half star occurs (10M), unless `rating_min` is given."""
     _check_options(rating_min=rating_min, on_duplicate=on_duplicate)
-    return _finish_movielens_dat(read_table(path, ML_DAT_FORMAT, name, settings), name, rating_min, on_duplicate)
+    return _finish_movielens_dat(read_table(path, ML_DAT_FORMAT, name), name, rating_min, on_duplicate)
 
-def load_movielens_csv(path, name: str = "ml-20m", settings: Settings | None = None, on_duplicate: str = "error") -> Ratings:
+def load_movielens_csv(path, name: str = "ml-20m", on_duplicate: str = "error") -> Ratings:
     "MovieLens 20M `ratings.csv`: header `userId,movieId,rating,timestamp`, half stars 0.5..5."
     _check_options(on_duplicate=on_duplicate)
-    return _finish_movielens_csv(read_table(path, ML_CSV_FORMAT, name, settings), name, on_duplicate)
+    return _finish_movielens_csv(read_table(path, ML_CSV_FORMAT, name), name, on_duplicate)
 
 # %% ../nbs/00c_formats.ipynb #6953d693
 @njit(inline="always")
@@ -362,25 +360,24 @@ _NETFLIX_ERRORS = {1: "malformed 'MovieID:' line", 2: "rating line before any 'M
                    6: "movie id outside the supported range of ids " + ID_RANGE}
 
 # %% ../nbs/00c_formats.ipynb #6f713ba5
-def _netflix_files(paths, settings: Settings | None = None) -> list[Path]:
+def _netflix_files(paths) -> list[Path]:
     "Expand a training_set folder into its mv_*.txt files; keep files as given."
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     out = []
     for p in map(Path, paths):
         if p.is_dir():
             files = sorted(p.glob("mv_*.txt"))
-            if not files: raise FileNotFoundError(f"netflix folder {str(p)!r} holds no mv_*.txt files. {_where_to_get('netflix', settings)}")
+            if not files: raise FileNotFoundError(f"netflix folder {str(p)!r} holds no mv_*.txt files. {_where_to_get('netflix')}")
             out += files
-        else: out.append(_require_file(p, "netflix", settings))
+        else: out.append(_require_file(p, "netflix"))
     return out
 
 def read_netflix(paths,                              # combined_data_*.txt or mv_*.txt files, or a training_set folder
                  progress: bool = False,             # a progress bar over the files
-                 settings: Settings | None = None,   # where the data set's files go (for hints)
                  ) -> RawRatings:
     "Raw (customer, movie, rating) arrays from `combined_data_*.txt` files, `mv_*.txt` files or a training_set folder."
     from tqdm import tqdm
-    files = _netflix_files(paths, settings)
+    files = _netflix_files(paths)
     users, items, ratings, parts = [], [], [], []
     for f in tqdm(files, desc="netflix", disable=not progress or len(files) < 2):
         buf = _file_bytes(f)
@@ -399,11 +396,10 @@ def read_netflix(paths,                              # combined_data_*.txt or mv
 
 def _finish_netflix(raw, name, on_duplicate="error"): return _ratings(raw, 1, 5, name, on_duplicate)
 
-def load_netflix(paths, name: str = "netflix", progress: bool = False, on_duplicate: str = "error",
-                 settings: Settings | None = None) -> Ratings:
+def load_netflix(paths, name: str = "netflix", progress: bool = False, on_duplicate: str = "error") -> Ratings:
     "Netflix Prize ratings (1..5) from `combined_data_*.txt`, `mv_*.txt` files or a `training_set/` folder."
     _check_options(on_duplicate=on_duplicate)
-    return _finish_netflix(read_netflix(paths, progress, settings), name, on_duplicate)
+    return _finish_netflix(read_netflix(paths, progress), name, on_duplicate)
 
 # %% ../nbs/00c_formats.ipynb #2d56bfa7
 YAHOO_R1_FORMAT = TableFormat("\t", 3, None, (0, 1, 2), 0, 100, special=(255,))
@@ -415,18 +411,17 @@ def _finish_yahoo_r1(raw, name, never_play_again="drop", on_duplicate="error") -
         return _ratings(raw, 0, 100, name, on_duplicate, keep=np.flatnonzero(~never), dropped="'never play again' (255) ratings")
     return _ratings(raw._replace(rating=np.where(never, 0.0, raw.rating)), 0, 100, name, on_duplicate)
 
-def load_yahoo_r1(path, name: str = "yahoo-r1", never_play_again: str = "drop", settings: Settings | None = None,
-                  on_duplicate: str = "error") -> Ratings:
+def load_yahoo_r1(path, name: str = "yahoo-r1", never_play_again: str = "drop", on_duplicate: str = "error") -> Ratings:
     "Yahoo! Music R1 user-artist ratings 0..100; 255 ('never play again') dropped (default) or mapped to 0."
     _check_options(never_play_again=never_play_again, on_duplicate=on_duplicate)
-    return _finish_yahoo_r1(read_table(path, YAHOO_R1_FORMAT, name, settings), name, never_play_again, on_duplicate)
+    return _finish_yahoo_r1(read_table(path, YAHOO_R1_FORMAT, name), name, never_play_again, on_duplicate)
 
 def _finish_yahoo_r3(raw, name, on_duplicate="error"): return _ratings(raw, 1, 5, name, on_duplicate)
 
-def load_yahoo_r3(path, name: str = "yahoo-r3", settings: Settings | None = None, on_duplicate: str = "error") -> Ratings:
+def load_yahoo_r3(path, name: str = "yahoo-r3", on_duplicate: str = "error") -> Ratings:
     "Yahoo! Music R3 user-song ratings 1..5 (train or test file)."
     _check_options(on_duplicate=on_duplicate)
-    return _finish_yahoo_r3(read_table(path, YAHOO_R3_FORMAT, name, settings), name, on_duplicate)
+    return _finish_yahoo_r3(read_table(path, YAHOO_R3_FORMAT, name), name, on_duplicate)
 
 # %% ../nbs/00c_formats.ipynb #9932da38
 ANIME_FORMAT = TableFormat(",", 3, "user_id,anime_id,rating", (0, 1, 2), 1, 10, special=(-1,))
@@ -435,22 +430,21 @@ def _finish_anime(raw, name, keep_unrated=False, on_duplicate="error") -> Rating
     if keep_unrated: return _ratings(raw, -1, 10, name, on_duplicate)
     return _ratings(raw, 1, 10, name, on_duplicate, keep=np.flatnonzero(raw.rating != -1), dropped="unrated (-1) rows")
 
-def load_anime(path, name: str = "anime", keep_unrated: bool = False, on_duplicate: str = "error",
-               settings: Settings | None = None) -> Ratings:
+def load_anime(path, name: str = "anime", keep_unrated: bool = False, on_duplicate: str = "error") -> Ratings:
     "Anime Recommendations `rating.csv` (1..10); -1 (watched, unrated) dropped unless `keep_unrated`."
     _check_options(keep_unrated=keep_unrated, on_duplicate=on_duplicate)
-    return _finish_anime(read_table(path, ANIME_FORMAT, name, settings), name, keep_unrated, on_duplicate)
+    return _finish_anime(read_table(path, ANIME_FORMAT, name), name, keep_unrated, on_duplicate)
 
 # %% ../nbs/00c_formats.ipynb #5b209f7f
 _READERS = {
-    "movielens-100k": lambda paths, name, s: read_table(paths[0], ML100K_FORMAT, name, s),
-    "movielens-dat": lambda paths, name, s: read_table(paths[0], ML_DAT_FORMAT, name, s),
-    "movielens-csv": lambda paths, name, s: read_table(paths[0], ML_CSV_FORMAT, name, s),
-    "netflix-combined": lambda paths, name, s: read_netflix(paths, progress=True, settings=s),
-    "netflix-training-set": lambda paths, name, s: read_netflix(paths, progress=True, settings=s),
-    "yahoo-r1": lambda paths, name, s: read_table(paths[0], YAHOO_R1_FORMAT, name, s),
-    "yahoo-r3": lambda paths, name, s: read_table(paths[0], YAHOO_R3_FORMAT, name, s),
-    "anime-csv": lambda paths, name, s: read_table(paths[0], ANIME_FORMAT, name, s),
+    "movielens-100k": lambda paths, name: read_table(paths[0], ML100K_FORMAT, name),
+    "movielens-dat": lambda paths, name: read_table(paths[0], ML_DAT_FORMAT, name),
+    "movielens-csv": lambda paths, name: read_table(paths[0], ML_CSV_FORMAT, name),
+    "netflix-combined": lambda paths, name: read_netflix(paths, progress=True),
+    "netflix-training-set": lambda paths, name: read_netflix(paths, progress=True),
+    "yahoo-r1": lambda paths, name: read_table(paths[0], YAHOO_R1_FORMAT, name),
+    "yahoo-r3": lambda paths, name: read_table(paths[0], YAHOO_R3_FORMAT, name),
+    "anime-csv": lambda paths, name: read_table(paths[0], ANIME_FORMAT, name),
 }
 
 _FINISHERS = {
@@ -460,6 +454,6 @@ _FINISHERS = {
 }
 FORMATS = tuple(_READERS)
 
-def _read_raw(fmt: str, paths, name: str, settings: Settings | None = None) -> RawRatings:
+def _read_raw(fmt: str, paths, name: str) -> RawRatings:
     if fmt not in _READERS: raise ValueError(f"format={fmt!r} has no loader; known formats: {FORMATS}")
-    return _READERS[fmt](paths, name, settings)
+    return _READERS[fmt](paths, name)

@@ -8,14 +8,17 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/gaussian_mf.html.md"""
 from __future__ import annotations
 import math, time
 import numpy as np
+from fastcore.basics import patch
 from numba import njit
 from scipy import sparse
 from tqdm.auto import tqdm
 from .data import Ratings, filter_counts, subsample
+from .kernels import numba_threads
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
 from .privacy import (PrivacyAccountant, classic_noise_multiplier, dp_accounting_pld_epsilon, dp_accounting_rdp_epsilon,
                       gaussian_epsilon_exact, gaussian_epsilon_rdp)
 from . import checks
+from .checks import Bool, Choice, Float, Fraction, Int, Positive
 
 # %% auto #0
 __all__ = ['VARIANTS', 'CLIPS', 'ACCOUNTING', 'mugdho_imtiaz_slice', 'clip_rows_kernel', 'gradients_kernel', 'update_kernel',
@@ -142,40 +145,35 @@ class GaussMF(Mechanism):
     overflow_hint = "lower mu={mu} (sum gradients of rows with many ratings make large steps diverge) or set normalize=True"
 
     def __init__(self,
-                 epsilon_i: float = 0.4,       # ε_i of each step's Gaussian mechanism, in (0, 1)
-                 delta: float = 0.01,          # δ of each step, in (0, 1)
-                 delta_r: float = 1e-5,        # target δ_r of the overall guarantee, in (0, 1)
-                 C: float = 1.0,               # clip norm of the profile rows inside the gradients
-                 n: int = 20,                  # dimension of the profile vectors
-                 mu: float = 0.0005,           # step size μ
-                 J: int = 300,                 # iterations ("until converged" in the paper; the cap when tol is set)
-                 lam: float = 0.01,            # λ of Eq. 3 (the paper gives no value)
-                 tau: float | None = None,     # τ, the bound on |v' - v| (None: r_max - r_min of the data)
-                 variant: str = "paper",       # 'paper' (noise on ∇Θ, X kept) or 'both' (noise on ∇X and ∇Θ, both released)
-                 clip: str = "gradient",       # 'gradient' (rows clipped inside the gradients) or 'profiles' (also project X, Θ)
-                 normalize: bool = False,      # divide each row's gradient by its number of ratings (mean, not sum)
-                 tol: float | None = None,     # stop once the training RMSE improves by less than tol (None: run all J)
-                 accounting: str = "tight",    # headline ε: 'tight' (exact composition), 'rdp' (dp_accounting) or 'closed_form'
-                 private: bool = True,         # False: the non-private baseline (same iterations, no noise, no guarantee)
-                 seed: int = 0):               # initialisation: stream [seed, 0]; noise: stream [seed, 1]
-        self.epsilon_i = checks.check_float("epsilon_i", epsilon_i, 0.0, 1.0, low_open=True, high_open=True)
-        self.delta, self.delta_r = checks.check_fraction("delta", delta), checks.check_fraction("delta_r", delta_r)
-        self.C, self.mu, self.lam = checks.check_positive("C", C), checks.check_positive("mu", mu), checks.check_float("lam", lam, 0.0)
-        self.n, self.J = checks.check_int("n", n, 1), checks.check_int("J", J, 1)
-        self.tau, self.tol = checks.check_positive("tau", tau, allow_none=True), checks.check_positive("tol", tol, allow_none=True)
-        self.variant, self.clip = checks.check_choice("variant", variant, VARIANTS), checks.check_choice("clip", clip, CLIPS)
-        self.normalize, self.accounting = checks.check_bool("normalize", normalize), checks.check_choice("accounting", accounting, ACCOUNTING)
-        self.private, self.seed = checks.check_bool("private", private), checks.check_int("seed", seed, 0)
+                 epsilon_i: Fraction = 0.4,          # ε_i of each step's Gaussian mechanism, in (0, 1)
+                 delta: Fraction = 0.01,             # δ of each step, in (0, 1)
+                 delta_r: Fraction = 1e-5,           # target δ_r of the overall guarantee, in (0, 1)
+                 C: Positive = 1.0,                  # clip norm of the profile rows inside the gradients
+                 n: Int(1) = 20,                     # dimension of the profile vectors
+                 mu: Positive = 0.0005,              # step size μ
+                 J: Int(1) = 300,                    # iterations ("until converged" in the paper; the cap when tol is set)
+                 lam: Float(0) = 0.01,               # λ of Eq. 3 (the paper gives no value)
+                 tau: Positive | None = None,        # τ, the bound on |v' - v| (None: r_max - r_min of the data)
+                 variant: Choice(*VARIANTS) = "paper",      # 'paper' (noise on ∇Θ, X kept) or 'both' (noise on ∇X and ∇Θ, both released)
+                 clip: Choice(*CLIPS) = "gradient",         # 'gradient' (rows clipped inside the gradients) or 'profiles' (also project X, Θ)
+                 normalize: Bool = False,            # divide each row's gradient by its number of ratings (mean, not sum)
+                 tol: Positive | None = None,        # stop once the training RMSE improves by less than tol (None: run all J)
+                 accounting: Choice(*ACCOUNTING) = "tight",  # headline ε: 'tight' (exact composition), 'rdp' (dp_accounting) or 'closed_form'
+                 private: Bool = True,               # False: the non-private baseline (same iterations, no noise, no guarantee)
+                 seed: Int(0) = 0):                  # initialisation: stream [seed, 0]; noise: stream [seed, 1]
+        "Nothing to add: the base class checks and stores each parameter."
 
     @property
     def d(self) -> int: return self.n   # the base class's name for the rank
 
 # %% ../nbs/06_gaussian_mf.ipynb #505cabd8
-def _gauss_tau(self: GaussMF, train: Ratings) -> float:
+@patch
+def tau_for(self: GaussMF, train: Ratings) -> float:
     "τ: the parameter, or the data's rating range r_max - r_min."
     return self.tau if self.tau is not None else float(train.rating_max) - float(train.rating_min)
 
-def _gauss_init(self: GaussMF, train: Ratings):
+@patch
+def init_profiles(self: GaussMF, train: Ratings):
     "X, Θ with N(0, 1) entries and unit rows (Algorithm 1, line 1), float32, from stream [seed, 0]."
     g = self.rng(0)
     X = g.standard_normal((train.n_items, self.n)).astype(np.float32)
@@ -183,16 +181,16 @@ def _gauss_init(self: GaussMF, train: Ratings):
     for A in (X, T): A /= np.linalg.norm(A, axis=1, keepdims=True)
     return X, T
 
-def _gauss_scales(self: GaussMF, train: Ratings):
+@patch
+def row_scales(self: GaussMF, train: Ratings):
     "Per-row step multipliers: ones (sum gradients), or 1/(number of ratings) with normalize=True."
     if not self.normalize: return np.ones(train.n_items, np.float32), np.ones(train.n_users, np.float32)
     f = lambda codes, m: (1.0 / np.maximum(1, np.bincount(codes, minlength=m))).astype(np.float32)
     return f(train.item, train.n_items), f(train.user, train.n_users)
 
-GaussMF.tau_for, GaussMF.init_profiles, GaussMF.row_scales = _gauss_tau, _gauss_init, _gauss_scales
-
 # %% ../nbs/06_gaussian_mf.ipynb #2e12500e
-def _gauss_report(self: GaussMF, J_run: int, tau: float) -> PrivacyReport:
+@patch
+def report(self: GaussMF, J_run: int, tau: float) -> PrivacyReport:
     "The privacy report after `J_run` iterations: all three ε in the notes, the `accounting` one as headline."
     per_step = 2 if self.variant == "both" else 1
     eps = gauss_epsilons(J_run, self.epsilon_i, self.delta, self.delta_r, per_step)
@@ -214,10 +212,9 @@ def _gauss_report(self: GaussMF, J_run: int, tau: float) -> PrivacyReport:
     return PrivacyReport(released=("U",) if self.variant == "paper" else ("U", "V"), unit="rating", epsilon=eps[self.accounting],
                          delta=self.delta_r, method=f"{how}; variant={self.variant}", notes=notes, scope=scope)
 
-GaussMF.report = _gauss_report
-
 # %% ../nbs/06_gaussian_mf.ipynb #5a24bf17
-def _gauss_fit(self: GaussMF, train: Ratings, progress: bool = False, test: Ratings | None = None) -> Factors:
+@patch
+def _fit(self: GaussMF, train: Ratings, progress: bool = False, test: Ratings | None = None) -> Factors:
     "Run Algorithm 1 for J iterations (or until the tol rule stops it); `test` adds held-out RMSE to the history."
     tau = self.tau_for(train); sigma = gauss_sigma(self.epsilon_i, self.delta, tau, self.C)
     o = np.argsort(train.item, kind="stable")   # item-major order: X's rows are read and written in sequence
@@ -244,8 +241,6 @@ def heldout_rmse(X, T, test: Ratings) -> float:
     "RMSE of ⟨x_i, θ_j⟩ on `test`, clipped to the rating range as `FittedModel.predict` does."
     p = np.clip(np.einsum("kd,kd->k", X[test.item], T[test.user]), test.rating_min, test.rating_max)
     return float(np.sqrt(np.mean((p - test.rating) ** 2)))
-
-GaussMF._fit = _gauss_fit
 
 # %% ../nbs/06_gaussian_mf.ipynb #678bc597
 def neighbour_sensitivity(mech: GaussMF,   # the mechanism (its variant, clip, normalize, μ, λ, C, seed are used)
@@ -299,10 +294,8 @@ def bench_gauss(n_users: int = 11_345,      # the paper's Netflix slice: users
                 ) -> dict:
     "Seconds per iteration of the numba kernels and of plain numpy/scipy on the same synthetic data, in one run; prints them."
     from dpmf_lit.data import synthetic
-    import numba
     r = synthetic(n_users, n_items, n_ratings, seed=seed)
-    old = numba.get_num_threads(); numba.set_num_threads(1)
-    try:
+    with numba_threads(1):
         o = np.argsort(r.item, kind="stable")
         u, i, v = (np.ascontiguousarray(a[o]) for a in (r.user, r.item, r.rating))
         m = GaussMF(n=n, J=1); X, T = m.init_profiles(r); sX, sT = m.row_scales(r)
@@ -314,7 +307,6 @@ def bench_gauss(n_users: int = 11_345,      # the paper's Netflix slice: users
             return (time.perf_counter() - t0) / iters
         fast = timed(lambda: gauss_iteration(u, i, v, X, T, 0.01, 1.0, 1e-6, nX, nT, sX, sT, work))
         slow = timed(lambda: gauss_iteration_numpy(u, i, v, X, T, 0.01, 1.0, 1e-6, nX, nT, sX, sT))
-    finally: numba.set_num_threads(old)
     out = {"n_users": n_users, "n_items": n_items, "n_ratings": len(r), "n": n, "numba_s": fast, "numpy_s": slow, "ratio": slow / fast}
     print(f"{len(r):,} ratings, {n_users:,} users x {n_items:,} items, n={n}: numba {fast:.3f} s/iteration, "
           f"numpy/scipy {slow:.3f} s/iteration, ratio {slow / fast:.1f}x (one core)")

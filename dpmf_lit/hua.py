@@ -8,10 +8,12 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/hua_dpmf.html.md"""
 from __future__ import annotations
 import math, time
 import numpy as np
+from fastcore.basics import patch
 from numba import njit, prange
 from .data import Ratings
 from .mf import PMF, FittedModel, Mechanism, PrivacyReport, register_mechanism, to_csr
-from .privacy import l2_laplace_noise, laplace_noise, check_positive, check_int   # the toolkit's argument checks
+from .checks import check_int, check_positive
+from .privacy import l2_laplace_noise, laplace_noise
 
 # %% auto #0
 __all__ = ['NOISES', 'item_index', 'item_degrees', 'item_normal_equations', 'solve_item_factors', 'clip_rows',
@@ -138,7 +140,7 @@ def gd_item_factors(ratings: Ratings, U, eta, reg: float, iters: int = 500, V0=N
     return V
 
 # %% ../nbs/03_hua_dpmf.ipynb #752e0c35
-from . import checks   # the package's validators (this module's check_* come from privacy)
+from .checks import Choice, Int, Positive
 from .mechanism import Factors
 
 @register_mechanism("hua")
@@ -151,27 +153,22 @@ class HuaDPMF(Mechanism):
     _PMF_NAMES = dict(solver="pmf_solver", epochs="pmf_epochs", reg="pmf_reg", lr="pmf_lr")   # PMF's names -> ours
 
     def __init__(self,
-                 epsilon: float = 1.0,           # ε per rating (replace one rating's value) of the released V
-                 d: int = 10,                    # rank of U and V
-                 reg: float = 5.0,               # λ of the perturbed least-squares problem for V
-                 solver: str = "closed",         # 'closed' (the exact minimiser) or 'gd' (the paper's gradient descent)
-                 gd_iters: int = 500,            # gradient-descent steps when solver='gd'
-                 noise: str = "l2-laplace",      # 'l2-laplace' (density ∝ exp(-ε‖η‖/Δ)) or 'hua-decomposition'
-                 noise_multiplier: float = 1.0,  # noise scaled by this; the reported ε is epsilon / noise_multiplier
-                 max_norm: float = 1.0,          # rows of U are clipped to this L2 norm (Δ scales with it)
+                 epsilon: Positive = 1.0,        # ε per rating (replace one rating's value) of the released V
+                 d: Int(1) = 10,                 # rank of U and V
+                 reg: Positive = 5.0,            # λ of the perturbed least-squares problem for V
+                 solver: Choice("closed", "gd") = "closed",  # 'closed' (the exact minimiser) or 'gd' (the paper's gradient descent)
+                 gd_iters: Int(0) = 500,         # gradient-descent steps when solver='gd'
+                 noise: Choice(*NOISES) = "l2-laplace",      # 'l2-laplace' (density ∝ exp(-ε‖η‖/Δ)) or 'hua-decomposition'
+                 noise_multiplier: Positive = 1.0,  # noise scaled by this; the reported ε is epsilon / noise_multiplier
+                 max_norm: Positive = 1.0,       # rows of U are clipped to this L2 norm (Δ scales with it)
                  pmf_solver: str = "als",        # solver of the plain MF that trains U ('sgd', 'als' or 'gd')
-                 pmf_epochs: int = 20,           # epochs of that MF
+                 pmf_epochs: Int(1) = 20,        # epochs of that MF
                  pmf_reg: float = 0.1,           # its regularisation
                  pmf_lr: float | None = None,    # its step size (None: the solver's default)
-                 seed: int = 0,                  # seed of U's MF; the noise uses the independent stream [seed, 1]
+                 seed: Int(0) = 0,               # seed of U's MF; the noise uses the independent stream [seed, 1]
                  threads: int | None = None):    # threads of U's MF (None: 1)
-        self.epsilon, self.d, self.reg = checks.check_positive("epsilon", epsilon), checks.check_int("d", d, 1), checks.check_positive("reg", reg)
-        self.solver, self.gd_iters = checks.check_choice("solver", solver, ("closed", "gd")), checks.check_int("gd_iters", gd_iters, 0)
-        self.noise, self.noise_multiplier = checks.check_choice("noise", noise, NOISES), checks.check_positive("noise_multiplier", noise_multiplier)
-        self.max_norm, self.seed = checks.check_positive("max_norm", max_norm), checks.check_int("seed", seed, 0)
-        self.pmf_solver, self.pmf_epochs, self.pmf_reg, self.pmf_lr, self.threads = \
-            pmf_solver, checks.check_int("pmf_epochs", pmf_epochs, 1), pmf_reg, pmf_lr, threads
-        pmf = self._pmf()   # validates the PMF options now, under our names, before any work
+        "The PMF options (plain types above) are checked by PMF itself, under our names, before any work."
+        pmf = self._pmf()
         self.pmf_solver, self.pmf_reg, self.pmf_lr, self.threads = pmf.solver, pmf.reg, pmf.lr, pmf.threads
 
     def _pmf(self) -> PMF:
@@ -179,17 +176,20 @@ class HuaDPMF(Mechanism):
                            solver=self.pmf_solver, bias=False, threads=self.threads, seed=self.seed)
 
 # %% ../nbs/03_hua_dpmf.ipynb #05542307
-def _hua_resolved(self: HuaDPMF) -> dict:
+@patch
+def resolved_params(self: HuaDPMF) -> dict:
     "`params()` with the step size and the thread count that U's MF actually runs with."
     inner = self._pmf().resolved_params()
     return {**self.params(), "pmf_lr": inner["lr"], "threads": inner["threads"]}
 
-def _hua_memory(self: HuaDPMF, train: Ratings) -> int:
+@patch
+def memory_bytes(self: HuaDPMF, train: Ratings) -> int:
     "The factors, U's MF, float64 copies of U and of the noise, and (closed form) the d x d systems A_j."
     extra = 8 * (train.n_users + 2 * train.n_items) * self.d + (8 * train.n_items * self.d ** 2 if self.solver == "closed" else 0)
     return Mechanism.memory_bytes(self, train) + self._pmf().memory_bytes(train) + extra
 
-def _hua_report(self: HuaDPMF, train: Ratings) -> PrivacyReport:
+@patch
+def report(self: HuaDPMF, train: Ratings) -> PrivacyReport:
     "The privacy report of a fit on `train`."
     Delta = rating_sensitivity(train) * self.max_norm
     return PrivacyReport(
@@ -202,15 +202,15 @@ def _hua_report(self: HuaDPMF, train: Ratings) -> PrivacyReport:
                "once U is retrained on a neighbour; nbs/03_hua_dpmf 3.5). Under add/remove: no finite epsilon, "
                "and no (epsilon, delta < 1) uniformly over data sets."))
 
-def _hua_noise(self: HuaDPMF, train: Ratings) -> np.ndarray:
+@patch
+def noise_for(self: HuaDPMF, train: Ratings) -> np.ndarray:
     "The noise eta (n_items, d) this mechanism draws for `train` (stream [seed, 1])."
     Delta = rating_sensitivity(train) * self.max_norm * self.noise_multiplier
     return sample_item_noise(train.n_items, self.d, self.epsilon, Delta, self.noise, self.rng(1))
 
-HuaDPMF.resolved_params, HuaDPMF.memory_bytes, HuaDPMF.report, HuaDPMF.noise_for = _hua_resolved, _hua_memory, _hua_report, _hua_noise
-
 # %% ../nbs/03_hua_dpmf.ipynb #5af744aa
-def _hua_fit(self: HuaDPMF, train: Ratings, progress: bool = False, U=None, eta=None) -> Factors:
+@patch
+def _fit(self: HuaDPMF, train: Ratings, progress: bool = False, U=None, eta=None) -> Factors:
     "Fit on `train`. `U` (n_users, d) skips step 1 (plain MF); `eta` (n_items, d) fixes the noise."
     if U is not None and np.shape(U) != (train.n_users, self.d):
         raise ValueError(f"U must have shape {(train.n_users, self.d)}; got {np.shape(U)}")
@@ -228,5 +228,3 @@ def _hua_fit(self: HuaDPMF, train: Ratings, progress: bool = False, U=None, eta=
         V = gd_item_factors(train, U, eta, self.reg, self.gd_iters)
     history.append(dict(stage="perturbed", solver=self.solver, seconds=time.perf_counter() - t0))
     return Factors(U=U, V=V, history=history, privacy=self.report(train))
-
-HuaDPMF._fit = _hua_fit

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math, time
 from dataclasses import dataclass, field
 import numpy as np
+from fastcore.basics import patch
 import pandas as pd
 from numba import njit
 from tqdm.auto import tqdm
@@ -16,7 +17,8 @@ from . import checks
 from .data import Ratings
 from .mf import PMF, FittedModel, Mechanism, PrivacyReport, register_mechanism
 from .mechanism import Factors
-from .privacy import gaussian_epsilon, check_positive, check_int   # toolkit checks
+from .checks import Choice, Float, Int, Positive, check_int, check_positive
+from .privacy import gaussian_epsilon
 from .fixed_point import FixedPoint
 from .hua import clip_rows, gd_item_factors, gd_step_sizes, item_degrees, rating_sensitivity, share_scale
 
@@ -123,18 +125,19 @@ class Users:
             self._outbox = Batch("masked_gradient", self.role, "third_party", batch.t, batch.items, rows, {"phi": phi})
 
 # %% ../nbs/04_hua_protocol.ipynb #d3ce4a41
-def _users_send(self: Users) -> Batch:
+@patch
+def send(self: Users) -> Batch:
     out, self._outbox = self._outbox, None
     return out
 
-def _users_noise_total(self: Users, n_items: int) -> np.ndarray:
+@patch
+def noise_total(self: Users, n_items: int) -> np.ndarray:
     "SIMULATOR ORACLE (tests only; no actor can compute this): the float sum of all shares per item."
     out = np.zeros((n_items, self._U.shape[1])); np.add.at(out, self._item, self._share); return out
 
-def _users_online_rows(self: Users, online_users: np.ndarray) -> np.ndarray:
+@patch
+def online_rows(self: Users, online_users: np.ndarray) -> np.ndarray:
     return np.flatnonzero(online_users[self._user])
-
-Users.send, Users.noise_total, Users.online_rows = _users_send, _users_noise_total, _users_online_rows
 
 # %% ../nbs/04_hua_protocol.ipynb #1d465ad5
 class ThirdParty:
@@ -197,13 +200,15 @@ class Recommender:
             self.V[items] -= self._step[items, None] * (g + self._reg * self.V[items])
 
 # %% ../nbs/04_hua_protocol.ipynb #d4ced402
-def _rec_noise_seeds(self: Recommender, rows: np.ndarray, t: int = 0) -> Batch:
+@patch
+def noise_seeds(self: Recommender, rows: np.ndarray, t: int = 0) -> Batch:
     "Scenario 2 set-up: H_j ~ Exp(1)^d to every rater of item j, with k_j."
     self.H = self._rng.standard_exponential(self.V.shape)
     items = self._items_of_row[rows]
     return Batch("noise_seed", self.role, "users", t, items, rows, {"H": self.H[items], "k": self._k[items].astype(np.float64)})
 
-def _rec_beta_masks(self: Recommender, rows: np.ndarray, group_k: np.ndarray, t: int = 0) -> list[Batch]:
+@patch
+def beta_masks(self: Recommender, rows: np.ndarray, group_k: np.ndarray, t: int = 0) -> list[Batch]:
     "Scenario 3 set-up: H_j (with the group size) and beta masks to the chosen online group of each item."
     self.H = self._rng.standard_exponential(self.V.shape)
     items = self._items_of_row[rows]
@@ -212,7 +217,8 @@ def _rec_beta_masks(self: Recommender, rows: np.ndarray, group_k: np.ndarray, t:
     return [Batch("noise_seed", self.role, "users", t, items, rows, {"H": self.H[items], "k": group_k[items].astype(np.float64)}),
             Batch("beta_mask", self.role, "users", t, items, rows, {"beta": beta})]
 
-def _rec_model(self: Recommender, rows: np.ndarray, t: int, scenario: int) -> Batch:
+@patch
+def model(self: Recommender, rows: np.ndarray, t: int, scenario: int) -> Batch:
     "v_j(t) and a fresh mask Psi (uniform on Z_P) for every requesting rater; Scenario 3 adds a piece of tau-hat."
     items = self._items_of_row[rows]
     if self.online is not None: self.online[t] = np.asarray(rows).copy()
@@ -229,8 +235,6 @@ def _rec_model(self: Recommender, rows: np.ndarray, t: int, scenario: int) -> Ba
         piece[fix] = self._codec.add(piece[fix], self._codec.sub(self._tau_hat[items[fix]], s[items[fix]]))
         payload["piece"] = piece
     return Batch("model", self.role, "users", t, items, rows, payload)
-
-Recommender.noise_seeds, Recommender.beta_masks, Recommender.model = _rec_noise_seeds, _rec_beta_masks, _rec_model
 
 # %% ../nbs/04_hua_protocol.ipynb #ee7da4e7
 @dataclass
@@ -376,50 +380,45 @@ class HuaProtocol(Mechanism):
     _PMF_NAMES = dict(solver="pmf_solver", epochs="pmf_epochs", reg="pmf_reg")   # PMF's names -> ours
 
     def __init__(self,
-                 epsilon: float = 1.0,          # ε per rating of V, against parties who do not know H
-                 d: int = 10,                   # rank of U and V
-                 reg: float = 5.0,              # λ of the perturbed objective
-                 iters: int = 100,              # protocol iterations (gradient steps on V)
-                 scenario: int = 2,             # 2: static users; 3: users come and go
-                 p_online: float = 1.0,         # Scenario 3: probability that a user is online in an iteration
+                 epsilon: Positive = 1.0,       # ε per rating of V, against parties who do not know H
+                 d: Int(1) = 10,                # rank of U and V
+                 reg: Positive = 5.0,           # λ of the perturbed objective
+                 iters: Int(0) = 100,           # protocol iterations (gradient steps on V)
+                 scenario: Int(2, 3) = 2,       # 2: static users; 3: users come and go
+                 p_online: Float(0, 1, low_open=True) = 1.0,  # Scenario 3: probability that a user is online in an iteration
                  k: int | None = None,          # Scenario 3: raters per item that carry a noise share (None: all)
-                 scale_bits: int = 24,          # fixed-point scale 2^scale_bits of the encoding in Z_P
-                 modulus_bits: int = 62,        # P = 2^modulus_bits
-                 bound: float = 1e6,            # declared bound on any encoded value or aggregate
-                 sparse_items: str = "error",   # items with < 2 raters (S3: < 2 online at set-up): 'error' or 'drop' (v_j = 0)
+                 scale_bits: Int(1) = 24,       # fixed-point scale 2^scale_bits of the encoding in Z_P
+                 modulus_bits: Int(2, 62) = 62, # P = 2^modulus_bits
+                 bound: Positive = 1e6,         # declared bound on any encoded value or aggregate
+                 sparse_items: Choice("error", "drop") = "error",  # items with < 2 raters (S3: < 2 online at set-up): 'error' or 'drop' (v_j = 0)
                  pmf_solver: str = "als",       # solver of the plain MF that gives users their U
-                 pmf_epochs: int = 20,          # its epochs
+                 pmf_epochs: Int(1) = 20,       # its epochs
                  pmf_reg: float = 0.1,          # its regularisation
-                 seed: int = 0,                 # seed of U's MF and of the protocol's draws
+                 seed: Int(0) = 0,              # seed of U's MF and of the protocol's draws
                  threads: int | None = None):   # threads of U's MF (None: 1)
-        self.epsilon, self.reg = checks.check_positive("epsilon", epsilon), checks.check_positive("reg", reg)
-        self.d, self.iters, self.scenario = checks.check_int("d", d, 1), checks.check_int("iters", iters, 0), checks.check_int("scenario", scenario, 2, 3)
-        self.p_online = checks.check_float("p_online", p_online, 0, 1, low_open=True)
+        "k, the scenario's own options and the PMF options (plain types above) are checked here; the rest by the base class."
         try: self.k = checks.check_int("k", k, 2, allow_none=True)
         except ValueError as e: raise ValueError(f"{e} (one user's share would be the whole noise)") from None
         if self.scenario == 2 and self.p_online != 1: raise ValueError(f"p_online={checks.show(p_online)} needs scenario=3 (Scenario 2 has static users)")
         if self.scenario == 2 and k is not None: raise ValueError(f"k={checks.show(k)} needs scenario=3 (in Scenario 2 every rater of an item carries a share)")
-        self.sparse_items = checks.check_choice("sparse_items", sparse_items, ("error", "drop"))
-        self.scale_bits, self.modulus_bits = checks.check_int("scale_bits", scale_bits, 1), checks.check_int("modulus_bits", modulus_bits, 2, 62)
-        self.bound, self.seed = checks.check_positive("bound", bound), checks.check_int("seed", seed, 0)
-        self.pmf_solver, self.pmf_epochs, self.pmf_reg, self.threads = pmf_solver, checks.check_int("pmf_epochs", pmf_epochs, 1), pmf_reg, threads
         pmf = self._pmf()   # validates the PMF options now, under our names
         self.pmf_solver, self.pmf_reg, self.threads = pmf.solver, pmf.reg, pmf.threads
         self.codec = FixedPoint(scale=2.0 ** self.scale_bits, modulus=2 ** self.modulus_bits, bound=self.bound)  # refuses P too small
 
 # %% ../nbs/04_hua_protocol.ipynb #c033f02c
-def _protocol_pmf(self: HuaProtocol) -> PMF:
+@patch
+def _pmf(self: HuaProtocol) -> PMF:
     return self.nested(PMF, self._PMF_NAMES, d=self.d, epochs=self.pmf_epochs, reg=self.pmf_reg, solver=self.pmf_solver,
                        bias=False, threads=self.threads, seed=self.seed)
 
-def _protocol_resolved_params(self: HuaProtocol) -> dict:
+@patch
+def resolved_params(self: HuaProtocol) -> dict:
     "`params()` with the thread count that U's MF actually runs with."
     return {**self.params(), "threads": self._pmf().resolved_params()["threads"]}
 
-HuaProtocol._pmf, HuaProtocol.resolved_params = _protocol_pmf, _protocol_resolved_params
-
 # %% ../nbs/04_hua_protocol.ipynb #925b8b30
-def _protocol_report(self: HuaProtocol, train: Ratings, run: ProtocolRun, left_out: int) -> PrivacyReport:
+@patch
+def _report(self: HuaProtocol, train: Ratings, run: ProtocolRun, left_out: int) -> PrivacyReport:
     "The privacy report of a protocol run on `train`: the guarantee against outsiders, and what the recommender can do."
     Delta = rating_sensitivity(train)
     changing = self.scenario == 3 and self.p_online < 1
@@ -444,10 +443,9 @@ def _protocol_report(self: HuaProtocol, train: Ratings, run: ProtocolRun, left_o
                + f"V given U (U trained non-privately, held by users). {left_out} ratings of items with < 2 raters "
                "(in Scenario 3: < 2 online at set-up) left out (v_j = 0)."))
 
-HuaProtocol._report = _protocol_report
-
 # %% ../nbs/04_hua_protocol.ipynb #1d45b13f
-def _protocol_fit(self: HuaProtocol, train: Ratings, progress: bool = False, U=None) -> Factors:
+@patch
+def _fit(self: HuaProtocol, train: Ratings, progress: bool = False, U=None) -> Factors:
     "Fit on `train`; `U` (n_users, d) skips the plain MF that gives users their profiles."
     keep = item_degrees(train)[train.item] >= 2
     b = share_scale(self.epsilon, rating_sensitivity(train), self.d)
@@ -468,5 +466,3 @@ def _protocol_fit(self: HuaProtocol, train: Ratings, progress: bool = False, U=N
     return Factors(U=U, V=V, privacy=self._report(train, run, left_out),
                    history=[dict(stage="protocol", iters=self.iters, skipped=run.skipped, dropped_at_setup=len(run.dropped),
                                  traffic=traffic)])
-
-HuaProtocol._fit = _protocol_fit

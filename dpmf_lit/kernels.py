@@ -9,7 +9,8 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/kernels.html.md"""
 # %% ../nbs/01a_kernels.ipynb #2dd2083a
 from __future__ import annotations
 import math
-# OMP_WAIT_POLICY=PASSIVE is set by dpmf_lit.settings, imported (via .data) before any numba parallel code runs.
+# OMP_WAIT_POLICY=PASSIVE is set by dpmf_lit.settings, imported below before any numba parallel code runs.
+import contextlib
 from typing import NamedTuple
 import numba
 import numpy as np
@@ -17,12 +18,12 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 import llvmlite.binding, llvmlite.ir as llir
-import dpmf_lit.data   # noqa: F401  (sets the OpenMP wait policy before the first parallel kernel)
+import dpmf_lit.settings   # noqa: F401  (sets the OpenMP wait policy before the first parallel kernel)
 
 # %% auto #0
 __all__ = ['PREFETCH_AHEAD', 'SUB_BUCKET', 'prefetch_row', 'prefetch_item', 'sgd_epoch', 'SGDBlocks', 'shuffle_segments',
-           'scatter_by_key', 'prepare_sgd_blocks', 'stratum_block', 'sgd_epoch_parallel', 'mf_gradient', 'gd_step',
-           'to_csr', 'als_sweep', 'predict_kernel']
+           'scatter_by_key', 'prepare_sgd_blocks', 'stratum_block', 'sgd_epoch_parallel', 'numba_threads',
+           'mf_gradient', 'gd_step', 'to_csr', 'als_sweep', 'predict_kernel']
 
 # %% ../nbs/01a_kernels.ipynb #14b3f908
 _JIT = dict(cache=True, fastmath=True, boundscheck=False, nogil=True, error_model="numpy")
@@ -283,6 +284,16 @@ def sgd_epoch_parallel(user, item, rating, ptr, U, V, b, c, mu, lr, reg, reg_bia
             k = stratum_block(g, s, G)
             part[g] += _sgd_block(user, item, rating, ptr[k], ptr[k + 1], U, V, b, c, mu, lr, reg, reg_bias, use_bias)
     return part.sum()
+
+# %% ../nbs/01a_kernels.ipynb #8e2c4a71
+@contextlib.contextmanager
+def numba_threads(n: int | None):
+    "Run the block with numba's pool at `n` threads (None: as it is), then restore the previous setting."
+    old = numba.get_num_threads()
+    try:
+        if n is not None: numba.set_num_threads(n)
+        yield
+    finally: numba.set_num_threads(old)
 
 # %% ../nbs/01a_kernels.ipynb #e574a878
 @njit(**_JIT)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import numba
 from numba import njit, prange
+from .kernels import numba_threads
 
 # %% auto #0
 __all__ = ['cache_sizes', 'machine_info', 'perf_counters_status', 'machine_load', 'stream_bandwidth', 'random_row_rate',
@@ -99,16 +100,13 @@ def _best_time(fn, repeats: int) -> float:
 def stream_bandwidth(threads: int = 1, n_bytes: int = 256 * 2**20, repeats: int = 3) -> float:
     "Copy bandwidth in GB/s (bytes read + written per second) of an `n_bytes` float32 array."
     src = np.ones(n_bytes // 4, np.float32); dst = np.empty_like(src)
-    old = numba.get_num_threads()
-    try:
-        numba.set_num_threads(threads)
+    with numba_threads(threads):
         _parallel_copy(src[:8], dst[:8])
         fn = (lambda: np.copyto(dst, src)) if threads == 1 else (lambda: _parallel_copy(src, dst))
         return 2 * src.nbytes / _best_time(fn, repeats) / 1e9
-    finally: numba.set_num_threads(old)
 
 def random_row_rate(n_rows: int, d: int, threads: int = 1, n_touch: int = 2_000_000, repeats: int = 3, seed: int = 0) -> float:
-    """Rows per second read-modify-written at random in an (n_rows, d) float32 matrix (a P-sized matrix).
+    """Rows per second read-modify-written at random in an (n_rows, d) float32 matrix (shaped like U).
     With several threads each touches its own contiguous share of the rows (as the block scheduler
     gives each thread its own users), so no cache line is shared."""
     rng = np.random.default_rng(seed)
@@ -116,13 +114,10 @@ def random_row_rate(n_rows: int, d: int, threads: int = 1, n_touch: int = 2_000_
     share = max(n_rows // threads, 1)
     chunk = np.arange(n_touch) * threads // n_touch           # thread c runs the c-th contiguous part of `rows`
     rows = (np.minimum(chunk * share, n_rows - 1) + rng.integers(0, share, n_touch)).clip(0, n_rows - 1).astype(np.int32)
-    old = numba.get_num_threads()
-    try:
-        numba.set_num_threads(threads)
+    with numba_threads(threads):
         _touch_rows(M, rows[:4]); _touch_rows_parallel(M, rows[:4], threads)
         fn = (lambda: _touch_rows(M, rows)) if threads == 1 else (lambda: _touch_rows_parallel(M, rows, threads))
         return n_touch / _best_time(fn, repeats)
-    finally: numba.set_num_threads(old)
 
 # %% ../nbs/91a_machine.ipynb #9258cdbc
 @njit(parallel=True, cache=True)
@@ -137,12 +132,9 @@ def _spin(n_chunks, n):
 def compute_scaling(threads: int, n: int = 20_000_000, repeats: int = 3) -> float:
     """Speed-up of a pure-compute numba `prange` kernel on `threads` threads over one thread, now: the
     ceiling for any multi-thread speed-up in this run (below `threads` when other work holds cores)."""
-    old = numba.get_num_threads()
-    try:
-        numba.set_num_threads(1); _spin(1, 10); t1 = _best_time(lambda: _spin(1, n), repeats)
-        numba.set_num_threads(threads); _spin(threads, 10); tT = _best_time(lambda: _spin(threads, n), repeats)
-        return threads * t1 / tT
-    finally: numba.set_num_threads(old)
+    with numba_threads(1): _spin(1, 10); t1 = _best_time(lambda: _spin(1, n), repeats)
+    with numba_threads(threads): _spin(threads, 10); tT = _best_time(lambda: _spin(threads, n), repeats)
+    return threads * t1 / tT
 
 # %% ../nbs/91a_machine.ipynb #6b3f7a14
 def _timed(fn):

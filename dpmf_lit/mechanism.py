@@ -6,11 +6,13 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/mechanism.html.md"""
 
 # %% ../nbs/01b_mechanism.ipynb #06da72be
 from __future__ import annotations
-import importlib, importlib.util, inspect, io, math, os, pkgutil, re, sys, textwrap, time, tokenize, warnings
+import functools, importlib, importlib.util, inspect, math, os, pkgutil, re, sys, time, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
-from .checks import check_bool, show
+from fastcore.basics import patch
+from fastcore.docments import docments
+from .checks import Check, check_bool, show
 from .data import Ratings
 from .synthetic import available_memory   # one reading of free memory, shared with the generator
 from .kernels import predict_kernel
@@ -68,30 +70,6 @@ class Factors:
     privacy: object = field(default_factory=PrivacyReport)   # a PrivacyReport, or an accountant with report()
     params: dict = field(default_factory=dict)   # values settled during the fit (override resolved_params())
 
-# %% ../nbs/01b_mechanism.ipynb #c76f4d66
-def _docments(func) -> dict:
-    "{parameter: the comment on its line} for the signature of `func`."
-    try: src = textwrap.dedent(inspect.getsource(func))
-    except (OSError, TypeError): return {}
-    names, out = set(inspect.signature(func).parameters), {}
-    depth, started, expect, last = 0, False, False, None   # last: (name, line) of the latest parameter
-    try:
-        for tok in tokenize.generate_tokens(io.StringIO(src).readline):
-            if tok.type == tokenize.OP and tok.string in "([{":
-                depth += 1
-                if depth == 1 and not started: started = expect = True
-            elif tok.type == tokenize.OP and tok.string in ")]}":
-                depth -= 1
-            elif started and depth == 1 and tok.type == tokenize.OP and tok.string == ",": expect = True
-            elif started and depth == 1 and expect and tok.type == tokenize.NAME and tok.string in names:
-                last, expect = (tok.string, tok.start[0]), False
-            elif tok.type == tokenize.COMMENT and last and tok.start[0] == last[1]:
-                out.setdefault(last[0], tok.string.lstrip("#").strip())
-            elif tok.type == tokenize.OP and tok.string == ":" and started and depth == 0: started = None   # header done
-            elif started is None and tok.type in (tokenize.NEWLINE, tokenize.NL): break
-    except (tokenize.TokenError, IndentationError): pass
-    return out
-
 # %% ../nbs/01b_mechanism.ipynb #53cc9db4
 def _bytes(n: float) -> str:
     for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
@@ -113,12 +91,17 @@ class Mechanism:
     overflow_hint: str = ""  # what to change when the factors overflow, formatted with the resolved parameters
 
     def __new__(cls, *args, **kwargs):
-        known = cls.parameter_names()
+        "Refuse an unknown parameter by name, then store every parameter as an attribute, checked by its declared `Check`."
+        known, sig = cls.parameter_names(), inspect.signature(cls.__init__)
         unknown = [k for k in kwargs if k not in known]
-        if unknown and not any(p.kind == p.VAR_KEYWORD for p in inspect.signature(cls.__init__).parameters.values()):
+        if unknown and not any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()):
             k = unknown[0]
             raise ValueError(f"{k}={show(kwargs[k])}: mechanism {cls.name!r} has no parameter {k!r}; known: {', '.join(known)}")
-        return super().__new__(cls)
+        self, checks = super().__new__(cls), cls.parameter_checks()
+        bound = sig.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        for k in known: setattr(self, k, checks[k](k, bound.arguments[k]) if k in checks else bound.arguments[k])
+        return self
 
     @classmethod
     def parameter_names(cls) -> list[str]:
@@ -126,10 +109,15 @@ class Mechanism:
                 if k != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
     @classmethod
+    def parameter_checks(cls) -> dict:
+        "{name: Check} of the parameters whose annotation is a `Check` (`d: Int(1) = 128`)."
+        return _declared_checks(cls.__init__)
+
+    @classmethod
     def parameter_docs(cls) -> list[tuple[str, object, str]]:
-        "(name, default, comment) of every parameter, from the signature of `__init__`."
-        sig, docs = inspect.signature(cls.__init__).parameters, _docments(cls.__init__)
-        return [(k, None if sig[k].default is sig[k].empty else sig[k].default, docs.get(k, "")) for k in cls.parameter_names()]
+        "(name, default, comment) of every parameter, from the signature of `__init__` (fastcore's `docments`)."
+        sig, docs = inspect.signature(cls.__init__).parameters, docments(cls.__init__, returns=False)
+        return [(k, None if sig[k].default is sig[k].empty else sig[k].default, docs.get(k) or "") for k in cls.parameter_names()]
 
     def params(self) -> dict:
         "The constructor parameters and their current values."
@@ -145,26 +133,38 @@ class Mechanism:
     def __repr__(self):
         return f"{type(self).__name__}(" + ", ".join(f"{k}={v!r}" for k, v in self.params().items()) + ")"
 
+# %% ../nbs/01b_mechanism.ipynb #3e7b9d14
+@functools.cache
+def _declared_checks(init) -> dict:
+    "{name: Check} of the parameters of `init` annotated with a `Check`, the annotations evaluated where `init` was defined."
+    out = {}
+    for k, p in inspect.signature(init).parameters.items():
+        a = p.annotation
+        if isinstance(a, str):
+            try: a = eval(a, init.__globals__)
+            except Exception: continue   # a type the module does not import at run time: documentation only
+        if isinstance(a, Check): out[k] = a
+    return out
+
 # %% ../nbs/01b_mechanism.ipynb #c0d4cba0
-def _rng(self: Mechanism, *stream: int) -> np.random.Generator:
+@patch
+def rng(self: Mechanism, *stream: int) -> np.random.Generator:
     "A generator for `stream` of this mechanism's `seed` (no stream: the same draws as `default_rng(seed)`)."
     return np.random.default_rng(np.random.SeedSequence([self.seed, *stream]))
 
-def _memory_bytes(self: Mechanism, train: Ratings) -> int:
+@patch
+def memory_bytes(self: Mechanism, train: Ratings) -> int:
     "Bytes the fit needs at least: the float32 factors (subclasses add their own arrays)."
     return 4 * (train.n_users + train.n_items) * int(getattr(self, "d", 0))
 
-def _nested(self: Mechanism, cls, names: dict, **params):
+@patch
+def nested(self: Mechanism, cls, names: dict, **params):
     "`cls(**params)`, with a ValueError about inner parameter `k` re-raised naming the outer parameter `names[k]`."
     try: return cls(**params)
     except ValueError as e:
         msg = str(e)
         for inner, outer in names.items(): msg = re.sub(rf"(?<![\w.]){re.escape(inner)}=", f"{outer}=", msg)
         raise ValueError(msg) from None
-
-for _f, _name in ((_rng, "rng"), (_memory_bytes, "memory_bytes"), (_nested, "nested")):
-    _f.__name__, _f.__qualname__ = _name, f"Mechanism.{_name}"
-    setattr(Mechanism, _name, _f)
 
 # %% ../nbs/01b_mechanism.ipynb #efa11902
 _OVERFLOWED = re.compile(r"(?<![\w.])-?(inf|nan)\b|overflow", re.I)   # an error message that met an infinity or NaN
@@ -176,7 +176,8 @@ def _check_memory(mech: Mechanism, train: Ratings):
         raise ValueError(f"{mech.name}{d} on {train.n_users:,} users x {train.n_items:,} items needs about {_bytes(need)} "
                          f"of memory, more than the {_bytes(avail)} available" + ("; lower d" if d else ""))
 
-def _mechanism_fit(self: Mechanism, train: Ratings, progress: bool = False, **extra) -> FittedModel:
+@patch
+def fit(self: Mechanism, train: Ratings, progress: bool = False, **extra) -> FittedModel:
     "Check `train` and memory, run `_fit` (timed), check the factors are finite, build the `FittedModel`."
     if not isinstance(train, Ratings): raise ValueError(f"train must be a Ratings object, got {type(train).__name__}")
     if len(train) == 0: raise ValueError(f"train={train.name!r} is empty: nothing to fit")
@@ -197,9 +198,6 @@ def _mechanism_fit(self: Mechanism, train: Ratings, progress: bool = False, **ex
     return FittedModel(U=f32(out.U), V=f32(out.V), user_bias=f32(out.user_bias), item_bias=f32(out.item_bias),
                        mean=float(out.mean), rating_min=train.rating_min, rating_max=train.rating_max, privacy=privacy,
                        history=list(out.history), fit_seconds=seconds, mechanism=self.name, params=params)
-
-_mechanism_fit.__name__, _mechanism_fit.__qualname__ = "fit", "Mechanism.fit"
-Mechanism.fit = _mechanism_fit
 
 # %% ../nbs/01b_mechanism.ipynb #744d1545
 MECHANISMS: dict = {}

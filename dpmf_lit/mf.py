@@ -9,11 +9,12 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/mf.html.md"""
 from __future__ import annotations
 import math, time
 import numpy as np
+from fastcore.basics import patch
 import numba
 from tqdm import tqdm
-from .checks import check_bool, check_choice, check_float, check_int, check_positive, show
+from .checks import Bool, Choice, Float, Int, Positive, show
 from .data import Ratings
-from .kernels import (PREFETCH_AHEAD, SGDBlocks, als_sweep, gd_step, mf_gradient, predict_kernel,  # noqa: F401
+from .kernels import (PREFETCH_AHEAD, SGDBlocks, als_sweep, gd_step, mf_gradient, numba_threads, predict_kernel,  # noqa: F401
                               prefetch_item, prefetch_row, prepare_sgd_blocks, sgd_epoch, sgd_epoch_parallel, to_csr)
 from .mechanism import (MECHANISMS, Factors, FittedModel, Mechanism, PrivacyReport,  # noqa: F401
                                 get_mechanism, mechanisms, register_mechanism)
@@ -80,33 +81,26 @@ class PMF(Mechanism):
                        "als": dict(epochs=10, lr=None, lr_decay=None)}
 
     def __init__(self,
-                 d: int = 128,                   # rank of U and V
-                 epochs: int | None = None,      # passes over the ratings (None: the solver's default)
-                 lr: float | None = None,        # initial step size of SGD and GD (None: the solver's default)
-                 reg: float = 0.08,              # penalty λ on each profile, once per rating of its row
-                 reg_bias: float | None = None,  # penalty λ_b on the biases (None: reg)
-                 solver: str = "sgd",            # 'sgd' (block-parallel), 'als' or 'gd' (full batch)
-                 bias: bool = True,              # fit the mean and the biases b, c as well
-                 threads: int | None = None,     # threads to run (None: 1); at most the cores numba may use
-                 seed: int = 0,                  # seed of the initial profiles and of SGD's visit order
-                 init_std: float = 0.01,         # standard deviation of the initial profiles
-                 lr_decay: float | None = None,  # the step is multiplied by this after each epoch (None: the solver's)
-                 layout: str = "user",           # SGD order inside a block: 'user' (user by user) or 'random'
-                 blocks: int | None = None):     # G of SGD's G x G block grid (None: threads); fixes the result
-        self.d, self.epochs = check_int("d", d, 1), check_int("epochs", epochs, 1, allow_none=True)
-        self.lr, self.reg = check_positive("lr", lr, allow_none=True), check_float("reg", reg, low=0)
-        self.reg_bias = check_float("reg_bias", reg_bias, low=0, allow_none=True)
-        self.solver = check_choice("solver", solver, ("sgd", "als", "gd"))
-        if solver == "als" and self.reg == 0:
+                 d: Int(1) = 128,                    # rank of U and V
+                 epochs: Int(1) | None = None,       # passes over the ratings (None: the solver's default)
+                 lr: Positive | None = None,         # initial step size of SGD and GD (None: the solver's default)
+                 reg: Float(0) = 0.08,               # penalty λ on each profile, once per rating of its row
+                 reg_bias: Float(0) | None = None,   # penalty λ_b on the biases (None: reg)
+                 solver: Choice("sgd", "als", "gd") = "sgd",  # 'sgd' (block-parallel), 'als' or 'gd' (full batch)
+                 bias: Bool = True,                  # fit the mean and the biases b, c as well
+                 threads: Int(1) | None = None,      # threads to run (None: 1); at most the cores numba may use
+                 seed: Int(0) = 0,                   # seed of the initial profiles and of SGD's visit order
+                 init_std: Positive = 0.01,          # standard deviation of the initial profiles
+                 lr_decay: Float(0, 1, low_open=True) | None = None,  # the step is multiplied by this after each epoch (None: the solver's)
+                 layout: Choice("random", "user") = "user",  # SGD order inside a block: 'user' (user by user) or 'random'
+                 blocks: Int(1) | None = None):      # G of SGD's G x G block grid (None: threads); fixes the result
+        "The base class has checked and stored each parameter; ALS also needs reg > 0."
+        if self.solver == "als" and self.reg == 0:
             raise ValueError(f"reg={show(reg)} must be > 0 for solver='als' (the normal equations need it)")
-        self.bias, self.threads = check_bool("bias", bias), check_int("threads", threads, 1, allow_none=True)
-        self.seed, self.init_std = check_int("seed", seed, 0), check_positive("init_std", init_std)
-        self.lr_decay = check_float("lr_decay", lr_decay, 0, 1, low_open=True, allow_none=True)
-        self.layout = check_choice("layout", layout, ("random", "user"))
-        self.blocks = check_int("blocks", blocks, 1, allow_none=True)
 
 # %% ../nbs/01_mf.ipynb #1da94c04
-def _resolved(self: PMF) -> dict:
+@patch
+def resolved_params(self: PMF) -> dict:
     "`params()` with the solver's defaults, reg_bias = reg, SGD's grid and the threads that actually run."
     p = self.params()
     for k, v in self.SOLVER_DEFAULTS[self.solver].items():
@@ -117,14 +111,14 @@ def _resolved(self: PMF) -> dict:
     p["threads"] = 1 if self.solver == "gd" else min(asked, numba.config.NUMBA_NUM_THREADS)   # GD's kernel is serial
     return p
 
-def _memory(self: PMF, train: Ratings) -> int:
+@patch
+def memory_bytes(self: PMF, train: Ratings) -> int:
     "The float32 factors plus the float64 draw of the larger initial profile matrix."
     return Mechanism.memory_bytes(self, train) + 8 * max(train.n_users, train.n_items) * self.d
 
-PMF.resolved_params, PMF.memory_bytes = _resolved, _memory
-
 # %% ../nbs/01_mf.ipynb #68ef5c04
-def _pmf_fit(self: PMF, train: Ratings, progress: bool = False, valid: Ratings | None = None) -> Factors:
+@patch
+def _fit(self: PMF, train: Ratings, progress: bool = False, valid: Ratings | None = None) -> Factors:
     "Fit on `train`; with `valid`, record its RMSE after every epoch in `history`."
     if valid is not None and (not isinstance(valid, Ratings) or valid.n_users > train.n_users or valid.n_items > train.n_items):
         raise ValueError(f"valid must be Ratings on the train matrix ({train.n_users} x {train.n_items})")
@@ -138,8 +132,6 @@ def _pmf_fit(self: PMF, train: Ratings, progress: bool = False, valid: Ratings |
     history = _epochs(self, p, train, model, b, c, progress, valid)
     return Factors(U, V, model.user_bias, model.item_bias, mu, history)
 
-PMF._fit = _pmf_fit
-
 # %% ../nbs/01_mf.ipynb #bdb8b9a4
 def _epochs(self: PMF, p: dict, train: Ratings, model: FittedModel, b, c, progress: bool, valid) -> list:
     "Run `p['epochs']` epochs of the solver on `model`'s arrays in place; the per-epoch history."
@@ -150,9 +142,8 @@ def _epochs(self: PMF, p: dict, train: Ratings, model: FittedModel, b, c, progre
         blocks = prepare_sgd_blocks(user, item, rating, train.n_users, train.n_items, n_threads=p["blocks"], seed=self.seed, layout=self.layout)
     elif self.solver == "als":
         by_user, by_item = to_csr(user, item, rating, train.n_users), to_csr(item, user, rating, train.n_items)
-    history, prev_threads = [], numba.get_num_threads()
-    numba.set_num_threads(p["threads"])
-    try:
+    history = []
+    with numba_threads(p["threads"]):
         for epoch in tqdm(range(p["epochs"]), desc=f"pmf[{self.solver}]", disable=not progress, leave=False):
             if self.solver == "sgd":
                 sse = sgd_epoch_parallel(*blocks, U, V, b, c, mu, lr, p["reg"], p["reg_bias"], self.bias)
@@ -169,6 +160,4 @@ def _epochs(self: PMF, p: dict, train: Ratings, model: FittedModel, b, c, progre
             rec = dict(epoch=epoch + 1, train_rmse=math.sqrt(sse / len(user)), seconds=time.perf_counter() - t0)
             if valid is not None: rec["valid_rmse"] = evaluate(model, valid)["rmse"]
             history.append(rec)
-    finally:
-        numba.set_num_threads(prev_threads)
     return history

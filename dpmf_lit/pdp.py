@@ -9,12 +9,13 @@ from __future__ import annotations
 import math, time
 from dataclasses import dataclass
 import numpy as np
+from fastcore.basics import patch
 from scipy import sparse
 
 from .data import Ratings
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
-from .checks import check_choice, check_float, check_int, check_positive
-from .privacy import PrivacyAccountant, _generator
+from .checks import Choice, Float, Int, Positive, check_choice, check_float, check_int, check_positive, check_unit_interval, generator
+from .privacy import PrivacyAccountant
 from .kernels import mf_gradient
 from .hua import (clip_rows, gd_item_factors, gd_step_sizes, item_normal_equations, privacy_loss,
                           sample_item_noise, solve_item_factors)
@@ -22,9 +23,8 @@ from .hua import (clip_rows, gd_item_factors, gd_step_sizes, item_normal_equatio
 # %% auto #0
 __all__ = ['THRESHOLDS', 'DROPPED', 'SOLVERS', 'NOISE_READINGS', 'SENSITIVITIES', 'V_INITS', 'READINGS', 'PrivacySpec',
            'check_spec_params', 'expected_mean_epsilon', 'pdp_privacy_spec', 'sampling_probability', 'check_threshold',
-           'pdp_sample', 'check_probabilities', 'resolve_threshold', 'unit_rows', 'pmf_gd', 'sampled_ratings',
-           'dp_item_factors', 'amplified_epsilon', 'replace_epsilon', 'pdp_report', 'DPPMF', 'PDPPMF',
-           'per_rating_epsilon', 'cross_validate']
+           'pdp_sample', 'resolve_threshold', 'unit_rows', 'pmf_gd', 'sampled_ratings', 'dp_item_factors',
+           'amplified_epsilon', 'replace_epsilon', 'pdp_report', 'DPPMF', 'PDPPMF', 'cross_validate']
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp006
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def pdp_privacy_spec(ratings: Ratings,    # the ratings that get a privacy level
                      ) -> PrivacySpec:
     "Zhang et al.'s generator (Sec. 6.1): a random f_c of the ratings conservative, f_m moderate, the rest liberal."
     f_c, f_m, eps_c, eps_m, eps_l = check_spec_params(f_c, f_m, eps_c, eps_m, eps_l)
-    g, n = _generator(seed), len(ratings)
+    g, n = generator(seed), len(ratings)
     n_c = int(round(f_c * n)); n_m = min(int(round(f_m * n)), n - n_c)
     eps = np.full(n, eps_l)
     eps[:n_c] = g.uniform(eps_c, eps_m, n_c)
@@ -114,14 +114,7 @@ def check_threshold(spec: PrivacySpec, t: float) -> float:
 def pdp_sample(spec: PrivacySpec, t: float, seed=0) -> np.ndarray:
     "Alg. 1 (RSM): boolean keep-mask, rating n kept independently with probability pi(epsilon[n], t)."
     t = check_threshold(spec, t)
-    return _generator(seed).random(len(spec)) < sampling_probability(spec.epsilon, t)
-
-def check_probabilities(p, name: str = "p") -> np.ndarray:
-    "Return p as a float array after checking 0 <= p <= 1 (ValueError naming the first bad entry)."
-    p = np.asarray(p, dtype=np.float64)
-    bad = ~((p >= 0) & (p <= 1))
-    if bad.any(): raise ValueError(f"{name} must be probabilities in [0, 1]; {name}[{int(np.argmax(bad.ravel()))}]={p.ravel()[np.argmax(bad.ravel())]}")
-    return p
+    return generator(seed).random(len(spec)) < sampling_probability(spec.epsilon, t)
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp016
 THRESHOLDS = ("mean", "max", "expected")
@@ -139,7 +132,7 @@ def resolve_threshold(spec: PrivacySpec, t, expected: float | None = None) -> fl
 # %% ../nbs/05_pdp_pmf.ipynb #pdp022
 def unit_rows(n: int, d: int, seed=0) -> np.ndarray:
     "n uniformly random rows of norm 1 in R^d (the paper's U(0), V(0))."
-    g = _generator(seed)
+    g = generator(seed)
     x = g.standard_normal((check_int("n", n, 0), check_int("d", d, 1)))
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
@@ -149,7 +142,7 @@ def pmf_gd(ratings: Ratings, d: int = 20, lam_u: float = 0.01, lam_v: float = 0.
     `project`: scale U's rows back to norm <= 1 after every step (instead of clipping once at the end)."""
     d, k1, gamma = check_int("d", d, 1), check_int("k1", k1, 1), check_positive("gamma", gamma)
     lam_u, lam_v = check_positive("lam_u", lam_u), check_positive("lam_v", lam_v)
-    g = _generator(seed)
+    g = generator(seed)
     U, V = unit_rows(ratings.n_users, d, g), unit_rows(ratings.n_items, d, g)
     user, item, r = ratings.user.astype(np.int64), ratings.item.astype(np.int64), ratings.rating.astype(np.float64)
     k_u = np.bincount(user, minlength=ratings.n_users); k_v = np.bincount(item, minlength=ratings.n_items)
@@ -184,7 +177,7 @@ def dp_item_factors(ratings: Ratings, U, V0, epsilon: float, Delta: float, lam_v
     Alg. 2 lines 15-21 from V0, step gamma/|Omega| capped per item, with eta fixed ('fixed') or drawn at every step ('fresh')."""
     solver, noise = check_choice("solver", solver, SOLVERS), check_choice("noise", noise, NOISE_READINGS)
     if solver == "closed" and noise == "fresh": raise ValueError("noise='fresh' needs solver='gd' (the closed form has one eta)")
-    g, (n, d) = _generator(seed), np.shape(U)
+    g, (n, d) = generator(seed), np.shape(U)
     draw = lambda: sample_item_noise(ratings.n_items, d, epsilon, Delta, "l2-laplace", g)
     if solver == "closed": return solve_item_factors(*item_normal_equations(ratings, U, lam_v), draw())
     k2 = check_int("k2", k2, 1)
@@ -197,13 +190,13 @@ def dp_item_factors(ratings: Ratings, U, V0, epsilon: float, Delta: float, lam_v
 # %% ../nbs/05_pdp_pmf.ipynb #pdp037
 def amplified_epsilon(pi, m_epsilon: float) -> np.ndarray:
     "log(1 + pi (e^m - 1)): one rating's guarantee when it is kept with probability pi and then meets an m-DP mechanism."
-    pi = check_probabilities(pi, "pi")
+    pi = check_unit_interval("pi", pi)
     return np.log1p(pi * np.expm1(check_positive("m_epsilon", m_epsilon)))
 
 def replace_epsilon(pi, m_epsilon: float, m_replace: float) -> np.ndarray:
     """Exact worst case of sample-then-M when one kept-or-dropped rating's value is replaced: M is m_epsilon-DP
     between 'rating present' and 'rating dropped' and m_replace-DP between its two values (0 <= m_replace <= 2 m)."""
-    pi, m = check_probabilities(pi, "pi"), check_positive("m_epsilon", m_epsilon)
+    pi, m = check_unit_interval("pi", pi), check_positive("m_epsilon", m_epsilon)
     mr = min(float(m_replace), 2 * m)
     if not mr >= 0: raise ValueError(f"m_replace={m_replace!r} must be >= 0")
     c = math.exp(mr - m)                      # the worst relative weight of the 'dropped' branch (derivation above)
@@ -228,17 +221,13 @@ def pdp_report(spec: PrivacySpec, t: float, released=("V",), notes: str = "") ->
 SENSITIVITIES, V_INITS = ("r_max", "range"), ("pmf", "zero")
 
 class _PMFObjective(Mechanism):
-    "Shared parts of DP-PMF and PDP-PMF: parameter checks, step 1 (plain PMF for U), the sensitivity."
+    "Shared parts of DP-PMF and PDP-PMF: the solver's default, step 1 (plain PMF for U), the sensitivity."
     overflow_hint = "raise epsilon={epsilon} (or t): the noise overflowed"
 
-    def _check_common(self, d, lam_u, lam_v, gamma, k1, k2, solver, noise, v_init, sensitivity, max_norm, seed):
-        self.d, self.lam_u, self.lam_v = check_int("d", d, 1), check_positive("lam_u", lam_u), check_positive("lam_v", lam_v)
-        self.gamma, self.k1, self.k2 = check_positive("gamma", gamma), check_int("k1", k1, 1), check_int("k2", k2, 1)
-        self.noise = check_choice("noise", noise, NOISE_READINGS)
-        self.solver = ("closed" if self.noise == "fixed" else "gd") if solver is None else check_choice("solver", solver, SOLVERS)
+    def _resolve_solver(self):
+        "solver=None: 'closed' for fixed noise, 'gd' for fresh noise (the closed form has one eta)."
+        if self.solver is None: self.solver = "closed" if self.noise == "fixed" else "gd"
         if self.solver == "closed" and self.noise == "fresh": raise ValueError("noise='fresh' needs solver='gd' (the closed form has one eta)")
-        self.v_init, self.sensitivity = check_choice("v_init", v_init, V_INITS), check_choice("sensitivity", sensitivity, SENSITIVITIES)
-        self.max_norm, self.seed = check_positive("max_norm", max_norm), check_int("seed", seed, 0)
 
     def Delta(self, train: Ratings) -> float:
         "L2 sensitivity: max_norm * r_max (a rating set to 0, the paper's) or max_norm * (r_max - r_min) (values replaced)."
@@ -262,24 +251,24 @@ class DPPMF(_PMFObjective):
     test_params = dict(d=3, k1=5, k2=3, epsilon=1.0)
 
     def __init__(self,
-                 epsilon: float = 0.1,           # epsilon of the noise density exp(-eps ||eta|| / Delta) (the paper: eps_c = 0.1)
-                 d: int = 20,                    # rank of U and V
-                 lam_u: float = 0.01,            # lambda_u of Eq. (1)
-                 lam_v: float = 0.01,            # lambda_v of Eqs. (1) and (8)
-                 gamma: float = 50.0,            # learning rate; applied as gamma / |Omega| (the paper's sum-gradients diverge)
-                 k1: int = 50,                   # gradient steps of plain PMF (step 1)
-                 k2: int = 10,                   # gradient steps of the perturbed phase (solver='gd'); not given by the paper
-                 solver: str | None = None,      # 'closed' (exact minimiser) or 'gd' (Alg. 2); None: closed for fixed noise, gd for fresh
-                 noise: str = "fixed",           # 'fixed' (one eta per item, Thm 4's object) or 'fresh' (new eta each step, Alg. 2 line 17)
-                 v_init: str = "pmf",            # start of the gd phase: 'pmf' (V of step 1, Alg. 2 line 14) or 'zero'
-                 sensitivity: str = "r_max",     # Delta: 'r_max' (the paper's; a rating set to 0) or 'range' (r_max - r_min, values replaced)
-                 max_norm: float = 1.0,          # rows of U are clipped to this L2 norm (the proof needs ||u_i|| <= 1)
-                 seed: int = 0):                 # seed of step 1 (stream 0) and of the noise (stream 1)
-        self.epsilon = check_positive("epsilon", epsilon)
-        self._check_common(d, lam_u, lam_v, gamma, k1, k2, solver, noise, v_init, sensitivity, max_norm, seed)
+                 epsilon: Positive = 0.1,        # epsilon of the noise density exp(-eps ||eta|| / Delta) (the paper: eps_c = 0.1)
+                 d: Int(1) = 20,                 # rank of U and V
+                 lam_u: Positive = 0.01,         # lambda_u of Eq. (1)
+                 lam_v: Positive = 0.01,         # lambda_v of Eqs. (1) and (8)
+                 gamma: Positive = 50.0,         # learning rate; applied as gamma / |Omega| (the paper's sum-gradients diverge)
+                 k1: Int(1) = 50,                # gradient steps of plain PMF (step 1)
+                 k2: Int(1) = 10,                # gradient steps of the perturbed phase (solver='gd'); not given by the paper
+                 solver: Choice(*SOLVERS) | None = None,      # 'closed' (exact minimiser) or 'gd' (Alg. 2); None: closed for fixed noise, gd for fresh
+                 noise: Choice(*NOISE_READINGS) = "fixed",    # 'fixed' (one eta per item, Thm 4's object) or 'fresh' (new eta each step, Alg. 2 line 17)
+                 v_init: Choice(*V_INITS) = "pmf",            # start of the gd phase: 'pmf' (V of step 1, Alg. 2 line 14) or 'zero'
+                 sensitivity: Choice(*SENSITIVITIES) = "r_max",  # Delta: 'r_max' (the paper's; a rating set to 0) or 'range' (r_max - r_min, values replaced)
+                 max_norm: Positive = 1.0,       # rows of U are clipped to this L2 norm (the proof needs ||u_i|| <= 1)
+                 seed: Int(0) = 0):              # seed of step 1 (stream 0) and of the noise (stream 1)
+        self._resolve_solver()
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp051
-def _dp_report(self: DPPMF, train: Ratings) -> PrivacyReport:
+@patch
+def report(self: DPPMF, train: Ratings) -> PrivacyReport:
     "The privacy report of a DP-PMF fit on `train`."
     Delta, m = self.Delta(train), self.m_epsilon(self.epsilon)
     nb = "a rating's value changed or set to 0, the pattern public" if self.sensitivity == "r_max" else "a rating's value changed, the pattern public"
@@ -294,15 +283,14 @@ def _dp_report(self: DPPMF, train: Ratings) -> PrivacyReport:
         notes=(f"solver={self.solver}, noise={self.noise}" + (f"; k2={self.k2} steps at eps={self.epsilon:g}: {m:g} pure, "
                f"{pld:.4g} at delta=1e-5 (PLD)" if pld is not None else "")))
 
-def _dp_fit(self: DPPMF, train: Ratings, progress: bool = False, U=None, V=None) -> Factors:
+@patch
+def _fit(self: DPPMF, train: Ratings, progress: bool = False, U=None, V=None) -> Factors:
     "Fit on `train`; `U`, `V` (from step 1) skip step 1."
     t0 = time.perf_counter()
     U, V0 = self.step1(train, U, V)
     Vbar = dp_item_factors(train, U, V0, self.epsilon, self.Delta(train), self.lam_v, self.gamma, self.k2,
                            self.solver, self.noise, self.rng(1))
     return Factors(U=U, V=Vbar, history=[dict(stage="dp-pmf", seconds=time.perf_counter() - t0)], privacy=self.report(train))
-
-DPPMF.report, DPPMF._fit = _dp_report, _dp_fit
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp053
 @register_mechanism("pdp-pmf")
@@ -311,30 +299,29 @@ class PDPPMF(_PMFObjective):
     test_params = dict(d=3, k1=5, k2=3)
 
     def __init__(self,
-                 f_c: float = 0.54,              # fraction of conservative ratings (eps ~ U[eps_c, eps_m))
-                 f_m: float = 0.37,              # fraction of moderate ratings (eps ~ U[eps_m, eps_l)); liberal: the rest
-                 eps_c: float = 0.1,             # lowest conservative level
-                 eps_m: float = 0.2,             # conservative/moderate boundary
-                 eps_l: float = 1.0,             # the liberal level
+                 f_c: Float(0, 1) = 0.54,        # fraction of conservative ratings (eps ~ U[eps_c, eps_m))
+                 f_m: Float(0, 1) = 0.37,        # fraction of moderate ratings (eps ~ U[eps_m, eps_l)); liberal: the rest
+                 eps_c: Positive = 0.1,          # lowest conservative level
+                 eps_m: Positive = 0.2,          # conservative/moderate boundary
+                 eps_l: Positive = 1.0,          # the liberal level
                  t: str | float = "mean",        # threshold: 'mean' or 'max' of the training eps_ij, 'expected' (public E[eps]) or a number
-                 dropped: str = "remove",        # unselected ratings: 'remove' (I_ij on D_s, Alg. 2) or 'zero' (kept as 0, Thm 6's reading)
-                 d: int = 20,                    # rank of U and V
-                 lam_u: float = 0.01,            # lambda_u of Eq. (1)
-                 lam_v: float = 0.01,            # lambda_v of Eqs. (1) and (8)
-                 gamma: float = 50.0,            # learning rate; applied as gamma / |Omega| (the paper's sum-gradients diverge)
-                 k1: int = 50,                   # gradient steps of plain PMF on the sample (step 1)
-                 k2: int = 10,                   # gradient steps of the perturbed phase (solver='gd'); not given by the paper
-                 solver: str | None = None,      # 'closed' (exact minimiser) or 'gd' (Alg. 2); None: closed for fixed noise, gd for fresh
-                 noise: str = "fixed",           # 'fixed' (one eta per item, Thm 4's object) or 'fresh' (new eta each step, Alg. 2 line 17)
-                 v_init: str = "pmf",            # start of the gd phase: 'pmf' (V of step 1, Alg. 2 line 14) or 'zero'
-                 sensitivity: str = "r_max",     # Delta: 'r_max' (the paper's) or 'range' (r_max - r_min; only with dropped='remove')
-                 max_norm: float = 1.0,          # rows of U are clipped to this L2 norm (the proof needs ||u_i|| <= 1)
-                 seed: int = 0):                 # seed of step 1 (stream 0), noise (1), specification (2) and sampling (3)
-        self.f_c, self.f_m, self.eps_c, self.eps_m, self.eps_l = check_spec_params(f_c, f_m, eps_c, eps_m, eps_l)
-        if isinstance(t, str): self.t = check_choice("t", t, THRESHOLDS)
-        else: self.t = check_positive("t", t)
-        self.dropped = check_choice("dropped", dropped, DROPPED)
-        self._check_common(d, lam_u, lam_v, gamma, k1, k2, solver, noise, v_init, sensitivity, max_norm, seed)
+                 dropped: Choice(*DROPPED) = "remove",  # unselected ratings: 'remove' (I_ij on D_s, Alg. 2) or 'zero' (kept as 0, Thm 6's reading)
+                 d: Int(1) = 20,                 # rank of U and V
+                 lam_u: Positive = 0.01,         # lambda_u of Eq. (1)
+                 lam_v: Positive = 0.01,         # lambda_v of Eqs. (1) and (8)
+                 gamma: Positive = 50.0,         # learning rate; applied as gamma / |Omega| (the paper's sum-gradients diverge)
+                 k1: Int(1) = 50,                # gradient steps of plain PMF on the sample (step 1)
+                 k2: Int(1) = 10,                # gradient steps of the perturbed phase (solver='gd'); not given by the paper
+                 solver: Choice(*SOLVERS) | None = None,      # 'closed' (exact minimiser) or 'gd' (Alg. 2); None: closed for fixed noise, gd for fresh
+                 noise: Choice(*NOISE_READINGS) = "fixed",    # 'fixed' (one eta per item, Thm 4's object) or 'fresh' (new eta each step, Alg. 2 line 17)
+                 v_init: Choice(*V_INITS) = "pmf",            # start of the gd phase: 'pmf' (V of step 1, Alg. 2 line 14) or 'zero'
+                 sensitivity: Choice(*SENSITIVITIES) = "r_max",  # Delta: 'r_max' (the paper's) or 'range' (r_max - r_min; only with dropped='remove')
+                 max_norm: Positive = 1.0,       # rows of U are clipped to this L2 norm (the proof needs ||u_i|| <= 1)
+                 seed: Int(0) = 0):              # seed of step 1 (stream 0), noise (1), specification (2) and sampling (3)
+        "t (a name or a number) and the conditions between parameters are checked here; the rest by the base class."
+        check_spec_params(self.f_c, self.f_m, self.eps_c, self.eps_m, self.eps_l)   # f_c + f_m <= 1, eps_c < eps_m < eps_l
+        self.t = check_choice("t", t, THRESHOLDS) if isinstance(t, str) else check_positive("t", t)
+        self._resolve_solver()
         if self.dropped == "zero" and self.sensitivity != "r_max":
             raise ValueError(f"sensitivity={self.sensitivity!r} with dropped='zero': a rating set to 0 moves b_j by r u_i, so Delta must be r_max")
 
@@ -347,6 +334,7 @@ class PDPPMF(_PMFObjective):
         return resolve_threshold(spec, self.t, expected_mean_epsilon(self.f_c, self.f_m, self.eps_c, self.eps_m, self.eps_l))
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp054
+@patch
 def per_rating_epsilon(self: PDPPMF, spec: PrivacySpec, t: float, rating_range: float, Delta: float) -> np.ndarray:
     """What each rating gets (V given U). 'zero': log(1 + pi (e^m - 1)), m = t or k2 t, for a rating set to 0 and
     (at most that) for a value replaced. 'remove': m (r_max - r_min)/Delta for a value replaced, no amplification."""
@@ -354,7 +342,8 @@ def per_rating_epsilon(self: PDPPMF, spec: PrivacySpec, t: float, rating_range: 
     if self.dropped == "zero": return amplified_epsilon(sampling_probability(spec.epsilon, t), m)
     return np.full(len(spec), m * rating_range / Delta)
 
-def _pdp_report(self: PDPPMF, train: Ratings, spec: PrivacySpec, t: float) -> PrivacyReport:
+@patch
+def report(self: PDPPMF, train: Ratings, spec: PrivacySpec, t: float) -> PrivacyReport:
     "The privacy report of a PDP-PMF fit on `train` with specification `spec` and threshold `t`."
     Delta = self.Delta(train)
     per = self.per_rating_epsilon(spec, t, float(train.rating_max) - float(train.rating_min), Delta)
@@ -378,11 +367,10 @@ def _fresh_note(self: PDPPMF, t: float) -> str:
     return (f"; fresh noise: k2={self.k2} steps at t={t:.4g} compose to m = {self.k2 * t:.4g} pure (the per-rating values above are computed from this m), "
             f"{pld:.4g} at delta=1e-5 (PLD)")
 
-PDPPMF.per_rating_epsilon, PDPPMF.report = per_rating_epsilon, _pdp_report
-
 # %% ../nbs/05_pdp_pmf.ipynb #pdp055
-def _pdp_fit(self: PDPPMF, train: Ratings, progress: bool = False, spec: PrivacySpec | None = None, keep=None,
-             U=None, V=None) -> Factors:
+@patch
+def _fit(self: PDPPMF, train: Ratings, progress: bool = False, spec: PrivacySpec | None = None, keep=None,
+         U=None, V=None) -> Factors:
     "Fit on `train`; `spec`, `keep` (the sampling mask), `U`, `V` (from step 1 on the sample) may be given."
     t0 = time.perf_counter()
     spec = self.spec_for(train) if spec is None else spec
@@ -394,8 +382,6 @@ def _pdp_fit(self: PDPPMF, train: Ratings, progress: bool = False, spec: Privacy
                            self.gamma, self.k2, self.solver, self.noise, self.rng(1))
     return Factors(U=U, V=Vbar, history=[dict(stage="pdp-pmf", t=t, kept=float(keep.mean()), seconds=time.perf_counter() - t0)],
                    privacy=self.report(train, spec, t), params=dict(t_value=t, kept_fraction=float(keep.mean())))
-
-PDPPMF._fit = _pdp_fit
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp060
 READINGS = {"(a) closed form": dict(noise="fixed", solver="closed"), "(a) gradient steps": dict(noise="fixed", solver="gd"),

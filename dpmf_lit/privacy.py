@@ -11,53 +11,22 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 import numpy as np
+from fastcore.basics import patch
 from numba import njit
 from scipy import optimize, special, sparse
+from .checks import check_choice, check_float, check_fraction, check_int, check_positive, generator
 from .data import Ratings
 from .checks import show
 
 # %% auto #0
-__all__ = ['NEIGHBOURING', 'DEFAULT_ORDERS', 'check_positive', 'check_int', 'gaussian_noise', 'laplace_noise', 'gaussian_delta',
-           'gaussian_epsilon', 'gaussian_sigma_analytic', 'gaussian_sigma_classic', 'laplace_mechanism',
-           'gaussian_mechanism', 'l2_laplace_noise', 'gaussian_rdp', 'laplace_rdp', 'pure_dp_rdp', 'rdp_to_dp',
-           'classic_noise_multiplier', 'gaussian_epsilon_classic_optimum', 'gaussian_epsilon_exact',
-           'gaussian_epsilon_rdp', 'dp_accounting_rdp_epsilon', 'dp_accounting_pld_epsilon', 'PrivacyReport',
-           'PrivacyAccountant']
+__all__ = ['NEIGHBOURING', 'DEFAULT_ORDERS', 'gaussian_noise', 'laplace_noise', 'gaussian_delta', 'gaussian_epsilon',
+           'gaussian_sigma_analytic', 'gaussian_sigma_classic', 'laplace_mechanism', 'gaussian_mechanism',
+           'l2_laplace_noise', 'gaussian_rdp', 'laplace_rdp', 'pure_dp_rdp', 'rdp_to_dp', 'classic_noise_multiplier',
+           'gaussian_epsilon_classic_optimum', 'gaussian_epsilon_exact', 'gaussian_epsilon_rdp',
+           'dp_accounting_rdp_epsilon', 'dp_accounting_pld_epsilon', 'PrivacyReport', 'PrivacyAccountant']
 
 # %% ../nbs/02_privacy.ipynb #7f6fdedf
 NEIGHBOURING = ("add_remove", "replace")
-
-def check_positive(name: str, value) -> float:
-    "`value` as a float, or a ValueError naming `name` unless it is a finite number > 0."
-    try: v = float(value)
-    except (TypeError, ValueError): raise ValueError(f"{name}={value!r} must be a number > 0") from None
-    if not (math.isfinite(v) and v > 0): raise ValueError(f"{name}={value} must be a finite number > 0")
-    return v
-
-def _open_unit(name: str, value) -> float:
-    try: v = float(value)
-    except (TypeError, ValueError): raise ValueError(f"{name}={value!r} must be a number in (0, 1)") from None
-    if not 0 < v < 1: raise ValueError(f"{name}={value} must be in (0, 1)")
-    return v
-
-def check_int(name: str, value, low: int) -> int:
-    "`value` as an int, or a ValueError naming `name` unless it is an integer >= `low`."
-    try: ok = not isinstance(value, bool) and int(value) == value and value >= low
-    except (TypeError, ValueError): ok = False
-    if not ok: raise ValueError(f"{name}={value!r} must be an integer >= {low}")
-    return int(value)
-
-def _neighbouring(value: str) -> str:
-    if value not in NEIGHBOURING: raise ValueError(f"neighbouring={value!r} must be one of {NEIGHBOURING}")
-    return value
-
-def _generator(seed) -> np.random.Generator:
-    "A numpy Generator from an int seed (or the Generator itself, which is then advanced)."
-    if isinstance(seed, np.random.Generator): return seed
-    try: ok = seed is not None and not isinstance(seed, bool) and int(seed) == seed and seed >= 0
-    except (TypeError, ValueError): ok = False
-    if not ok: raise ValueError(f"seed={seed!r} must be a non-negative integer or a numpy Generator")
-    return np.random.default_rng(int(seed))
 
 # %% ../nbs/02_privacy.ipynb #68df75c3
 @njit(cache=True)
@@ -71,7 +40,7 @@ def _fill_laplace(g, scale, out):
         out[i] = e if g.random() < 0.5 else -e
 
 def _noise(fill, size, scale, seed, dtype):
-    g = _generator(seed)
+    g = generator(seed)
     out = np.empty(size, dtype=dtype)
     if out.size: fill(g, scale, out.reshape(-1))
     return out
@@ -95,14 +64,12 @@ def _log_gaussian_delta(z: float, eps: float) -> float:
 def gaussian_delta(noise_multiplier: float, epsilon: float) -> float:
     "Exact delta at which N(0, (z*Delta)^2) noise on a Delta-sensitive query is (epsilon, delta)-DP."
     z = check_positive("noise_multiplier", noise_multiplier)
-    try: e = float(epsilon)
-    except (TypeError, ValueError): raise ValueError(f"epsilon={epsilon!r} must be a number >= 0") from None
-    if not (math.isfinite(e) and e >= 0): raise ValueError(f"epsilon={epsilon} must be a finite number >= 0")
+    e = check_float("epsilon", epsilon, low=0)
     return math.exp(_log_gaussian_delta(z, e))
 
 def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
     "Smallest epsilon with gaussian_delta(z, epsilon) <= delta (exact, one Gaussian mechanism)."
-    z, d = check_positive("noise_multiplier", noise_multiplier), _open_unit("delta", delta)
+    z, d = check_positive("noise_multiplier", noise_multiplier), check_fraction("delta", delta)
     if _log_gaussian_delta(z, 0.0) <= math.log(d): return 0.0
     hi = 1.0
     while _log_gaussian_delta(z, hi) > math.log(d): hi *= 2
@@ -110,7 +77,7 @@ def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
 
 def gaussian_sigma_analytic(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
     "Smallest sigma making the Gaussian mechanism (epsilon, delta)-DP (analytic Gaussian, Balle & Wang 2018)."
-    e, d, s = check_positive("epsilon", epsilon), _open_unit("delta", delta), check_positive("sensitivity", sensitivity)
+    e, d, s = check_positive("epsilon", epsilon), check_fraction("delta", delta), check_positive("sensitivity", sensitivity)
     f = lambda u: _log_gaussian_delta(math.exp(u), e) - math.log(d)   # decreasing in u = log z
     lo, hi = -1.0, 1.0
     while f(lo) < 0: lo -= 2
@@ -120,7 +87,7 @@ def gaussian_sigma_analytic(epsilon: float, delta: float, sensitivity: float = 1
 
 def gaussian_sigma_classic(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
     "sigma = sensitivity * sqrt(2 ln(1.25/delta)) / epsilon (Dwork & Roth Thm A.1); refuses epsilon >= 1."
-    e, d, s = check_positive("epsilon", epsilon), _open_unit("delta", delta), check_positive("sensitivity", sensitivity)
+    e, d, s = check_positive("epsilon", epsilon), check_fraction("delta", delta), check_positive("sensitivity", sensitivity)
     if e >= 1: raise ValueError(f"epsilon={epsilon} >= 1: the classic Gaussian calibration is only proven for "
                                 "epsilon < 1; use gaussian_sigma_analytic(epsilon, delta, sensitivity)")
     return s * math.sqrt(2 * math.log(1.25 / d)) / e
@@ -144,7 +111,7 @@ def gaussian_mechanism(value, l2_sensitivity: float, epsilon: float, delta: floa
 def l2_laplace_noise(n: int, d: int, scale: float, seed=0) -> np.ndarray:
     "n draws (rows) of eta in R^d with density proportional to exp(-||eta||_2 / scale): Gamma(d, scale) radius, uniform direction."
     n, d, scale = check_int("n", n, 0), check_int("d", d, 1), check_positive("scale", scale)
-    g = _generator(seed)
+    g = generator(seed)
     r = g.gamma(d, scale, size=n)
     u = g.standard_normal((n, d))
     u /= np.linalg.norm(u, axis=1, keepdims=True)
@@ -181,7 +148,7 @@ def pure_dp_rdp(epsilon: float, count: int = 1, orders=None) -> np.ndarray:
 def rdp_to_dp(rdp, delta: float, orders=None, conversion: str = "improved") -> tuple[float, float]:
     """(epsilon, best order) from an RDP curve: 'classic' = Mironov 2017 Prop. 3,
     'improved' = Canonne-Kamath-Steinke 2020 Prop. 12 / Balle et al. 2020 Thm 21 (as in dp_accounting)."""
-    d, a = _open_unit("delta", delta), _orders(orders)
+    d, a = check_fraction("delta", delta), _orders(orders)
     rdp = np.asarray(rdp, dtype=np.float64)
     if rdp.shape != a.shape: raise ValueError(f"rdp has shape {rdp.shape} but orders has shape {a.shape}")
     if conversion == "classic": eps = rdp + math.log(1 / d) / (a - 1)
@@ -200,7 +167,7 @@ def classic_noise_multiplier(epsilon: float, delta: float) -> float:
 
 def gaussian_epsilon_classic_optimum(noise_multiplier: float, count: int, delta: float) -> tuple[float, float]:
     "min over real alpha > 1 of alpha*count/(2z^2) + ln(1/delta)/(alpha-1), numerically; returns (epsilon, alpha)."
-    z, c, d = check_positive("noise_multiplier", noise_multiplier), check_int("count", count, 1), _open_unit("delta", delta)
+    z, c, d = check_positive("noise_multiplier", noise_multiplier), check_int("count", count, 1), check_fraction("delta", delta)
     rho, L = c / (2 * z * z), math.log(1 / d)
     f = lambda u: (1 + math.exp(u)) * rho + L / math.exp(u)      # alpha = 1 + e^u
     r = optimize.minimize_scalar(f, bracket=(-20.0, 0.0, 20.0), tol=1e-12)
@@ -219,7 +186,7 @@ def gaussian_epsilon_rdp(noise_multiplier: float, count: int, delta: float, conv
 def dp_accounting_rdp_epsilon(noise_multiplier: float, count: int, delta: float) -> float:
     "Google dp_accounting's RdpAccountant on SelfComposedDpEvent(GaussianDpEvent(z), count)."
     import dp_accounting
-    z, c, d = check_positive("noise_multiplier", noise_multiplier), check_int("count", count, 1), _open_unit("delta", delta)
+    z, c, d = check_positive("noise_multiplier", noise_multiplier), check_int("count", count, 1), check_fraction("delta", delta)
     acc = dp_accounting.rdp.RdpAccountant()
     acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), c))
     return float(acc.get_epsilon(d))
@@ -228,7 +195,7 @@ def dp_accounting_pld_epsilon(noise_multiplier: float, count: int, delta: float,
     "Google dp_accounting's PLDAccountant (tight up to `discretization`) on the same composition."
     import dp_accounting
     from dp_accounting.pld import pld_privacy_accountant
-    z, c, d = check_positive("noise_multiplier", noise_multiplier), check_int("count", count, 1), _open_unit("delta", delta)
+    z, c, d = check_positive("noise_multiplier", noise_multiplier), check_int("count", count, 1), check_fraction("delta", delta)
     acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=check_positive("discretization", discretization))
     acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), c))
     return float(acc.get_epsilon(d))
@@ -282,7 +249,7 @@ class PrivacyAccountant:
     released: tuple = ("U", "V")
     events: list = field(default_factory=list)   # (kind, parameter, count, label)
 
-    def __post_init__(self): _neighbouring(self.neighbouring)
+    def __post_init__(self): check_choice("neighbouring", self.neighbouring, NEIGHBOURING)
 
     def gaussian(self, noise_multiplier: float, count: int = 1, label: str = "gaussian") -> "PrivacyAccountant":
         "Record `count` Gaussian mechanisms with sigma = noise_multiplier * l2 sensitivity."
@@ -304,14 +271,16 @@ class PrivacyAccountant:
     def _active(self): return [e for e in self.events if e[2] > 0]
 
 # %% ../nbs/02_privacy.ipynb #e3669d52
-def _acc_rdp(self: "PrivacyAccountant", orders=None) -> np.ndarray:
+@patch
+def rdp(self: PrivacyAccountant, orders=None) -> np.ndarray:
     "The composed RDP curve over `orders` (default: dp_accounting's grid)."
     a = _orders(orders); total = np.zeros_like(a)
     f = {"gaussian": gaussian_rdp, "laplace": laplace_rdp, "pure": pure_dp_rdp}
     for kind, p, c, _ in self._active(): total += f[kind](p, c, a)
     return total
 
-def _acc_pld_epsilon(self: "PrivacyAccountant", delta, discretization):
+@patch
+def _pld_epsilon(self: PrivacyAccountant, delta, discretization):
     from dp_accounting.pld import privacy_loss_distribution as pld, common
     ev = self._active()
     mu2 = sum(c / (p * p) for kind, p, c, _ in ev if kind == "gaussian")   # Gaussians compose exactly (GDP)
@@ -323,10 +292,9 @@ def _acc_pld_epsilon(self: "PrivacyAccountant", delta, discretization):
         out = x if out is None else out.compose(x)
     return 0.0 if out is None else float(out.get_epsilon_for_delta(delta))
 
-PrivacyAccountant.rdp, PrivacyAccountant._pld_epsilon = _acc_rdp, _acc_pld_epsilon
-
 # %% ../nbs/02_privacy.ipynb #79e8d89b
-def _acc_epsilon(self: "PrivacyAccountant", delta: float = 0.0, method: str = "auto", discretization: float = 1e-4) -> tuple[float, float, str]:
+@patch
+def epsilon(self: PrivacyAccountant, delta: float = 0.0, method: str = "auto", discretization: float = 1e-4) -> tuple[float, float, str]:
     "(epsilon, delta, method) of everything recorded so far."
     if method not in ("auto", "pure", "rdp", "pld"): raise ValueError(f"method={method!r} must be one of 'auto', 'pure', 'rdp', 'pld'")
     ev = self._active(); has_gauss = any(k == "gaussian" for k, *_ in ev)
@@ -334,11 +302,12 @@ def _acc_epsilon(self: "PrivacyAccountant", delta: float = 0.0, method: str = "a
     if method == "pure":
         if has_gauss: raise ValueError("method='pure' cannot account Gaussian steps; use 'rdp' or 'pld' with delta > 0")
         return float(sum(p * c for _, p, c, _ in ev)), 0.0, "pure composition (sum of epsilons)"
-    d = _open_unit("delta", delta)
+    d = check_fraction("delta", delta)
     if method == "rdp": return rdp_to_dp(self.rdp(), d)[0], d, "RDP (improved conversion, Canonne-Kamath-Steinke 2020)"
     return self._pld_epsilon(d, check_positive("discretization", discretization)), d, "PLD (dp_accounting)"
 
-def _acc_report(self: "PrivacyAccountant", delta: float = 0.0, method: str = "auto", notes: str = "", scope: str = "") -> PrivacyReport:
+@patch
+def report(self: PrivacyAccountant, delta: float = 0.0, method: str = "auto", notes: str = "", scope: str = "") -> PrivacyReport:
     "The `PrivacyReport` of the recorded steps; `scope` defaults to 'the composition of the recorded steps only'."
     eps, d, how = self.epsilon(delta, method)
     steps = "; ".join(f"{c} x {label} ({kind} {'z' if kind == 'gaussian' else 'eps'}={p:.4g})" for kind, p, c, label in self._active())
@@ -346,5 +315,3 @@ def _acc_report(self: "PrivacyAccountant", delta: float = 0.0, method: str = "au
                       "anything computed outside them is not covered")
     return PrivacyReport(released=tuple(self.released), unit=self.unit, epsilon=eps, delta=d, method=how, scope=scope,
                          notes=f"neighbouring={self.neighbouring}; steps: {steps or 'none'}. {notes}".strip())
-
-PrivacyAccountant.epsilon, PrivacyAccountant.report = _acc_epsilon, _acc_report

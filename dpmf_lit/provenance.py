@@ -9,8 +9,8 @@ from __future__ import annotations
 import ast, contextlib, fnmatch, hashlib, json, math, platform, subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from .checks import UserError
-from .experiment import FORMATS, NAME_RE, atomic_write, dataset_identity, parse_dataset_spec
+from .checks import UserError, atomic_write
+from .experiment import FORMATS, NAME_RE, dataset_identity, parse_dataset_spec
 from .settings import PROFILES, Settings, load_settings
 
 # %% auto #0

@@ -10,6 +10,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Callable
 import numpy as np
+from fastcore.basics import patch
 import pandas as pd
 from numba import njit
 from .checks import check_choice, check_float, show
@@ -59,20 +60,18 @@ class Ratings:
         return _validate(self)
 
 # %% ../nbs/00a_ratings.ipynb #f5df4ef2
-@classmethod
-def _ratings_from_ids(cls, user_ids, item_ids, ratings,
-                      rating_min: float,                # lowest rating of the declared scale
-                      rating_max: float,                # highest rating of the declared scale
-                      name: str = "ratings",            # shown in messages and reports
-                      on_duplicate: str = "error",      # a repeated (user, item) pair: 'error', or keep the 'first' or 'last'
-                      row_name: Callable[[int], str] | None = None,  # names row k in messages (default 'index k')
-                      ) -> Ratings:
+@patch(cls_method=True)
+def from_ids(cls: Ratings, user_ids, item_ids, ratings,
+             rating_min: float,                # lowest rating of the declared scale
+             rating_max: float,                # highest rating of the declared scale
+             name: str = "ratings",            # shown in messages and reports
+             on_duplicate: str = "error",      # a repeated (user, item) pair: 'error', or keep the 'first' or 'last'
+             row_name: Callable[[int], str] | None = None,  # names row k in messages (default 'index k')
+             ) -> Ratings:
     """Encode raw ids (any sortable values) into int32 codes (sorted order of the ids), after checking
     the input: equal lengths, not empty, no missing ids, no NaN, every rating in [rating_min, rating_max],
     and no (user, item) pair twice."""
     return _from_ids(cls, user_ids, item_ids, ratings, rating_min, rating_max, name, on_duplicate, row_name)
-
-Ratings.from_ids = _ratings_from_ids
 
 # %% ../nbs/00a_ratings.ipynb #820d2e78
 @njit(cache=True)

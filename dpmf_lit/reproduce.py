@@ -14,8 +14,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 import multiprocessing as mp
 from xml.etree import ElementTree
-from .checks import UserError
-from .experiment import FORMATS, NUMBERS_FILE, atomic_write, atomic_write_many, parse_dataset_spec
+from .checks import UserError, atomic_write, atomic_write_many
+from .experiment import FORMATS, NUMBERS_FILE, parse_dataset_spec
 from .provenance import (Entry, entry_inputs, entry_sources, git_revision, load_manifest, load_results, notebook_parameters,
                          output_checksums, publication, select, source_hashes, stale_reason, update_results, versions, _sha,
                          _stamp_file)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import math, time
 import numba
 import numpy as np
+from fastcore.basics import patch
 from numba import njit, prange
 from tqdm.auto import tqdm
-from .checks import check_bool, check_choice, check_float, check_int, check_positive, show
+from .checks import Check, Choice, Float, Int, Positive, check_choice, check_int, check_positive, check_unit_interval, show
 from .data import Ratings
 from .privacy import NEIGHBOURING
-from .kernels import (_GOLDEN, _JIT, _below, _mix64, PREFETCH_AHEAD, als_sweep, predict_kernel,
+from .kernels import (_GOLDEN, _JIT, _below, _mix64, PREFETCH_AHEAD, als_sweep, numba_threads, predict_kernel,
                               prefetch_item, prefetch_row, prepare_sgd_blocks, stratum_block, to_csr)
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
 from .mf import rmse
@@ -51,16 +52,12 @@ LOSSES = ("two_sided", "one_sided")
 _OPS_FACTOR = {("two_sided", "replace"): 4.0, ("two_sided", "add_remove"): 2.0,
                ("one_sided", "replace"): 2.0, ("one_sided", "add_remove"): 1.0}
 
-def _choice(name, value, allowed):
-    if value not in allowed: raise ValueError(f"{name}={value!r} must be one of {allowed}")
-    return value
-
 def ops_epsilon(B: float,                   # bound on one record's log-likelihood: |log p| <= B (two_sided) or log p in [-B, 0] (one_sided)
                 neighbouring: str = "replace",  # 'replace' one record or 'add_remove' one record
                 loss: str = "two_sided",    # 'two_sided' (Wang et al.'s assumption) or 'one_sided' (a clipped squared loss)
                ) -> float:
     "epsilon of one exact posterior sample: 4B / 2B (two-sided, replace / add-remove) or 2B / B (one-sided)."
-    key = (_choice("loss", loss, LOSSES), _choice("neighbouring", neighbouring, NEIGHBOURING))
+    key = (check_choice("loss", loss, LOSSES), check_choice("neighbouring", neighbouring, NEIGHBOURING))
     return _OPS_FACTOR[key] * check_positive("B", B)
 
 def ops_likelihood_scale(epsilon: float,    # target epsilon of the released sample
@@ -72,23 +69,15 @@ def ops_likelihood_scale(epsilon: float,    # target epsilon of the released sam
     return check_positive("epsilon", epsilon) / ops_epsilon(B, neighbouring, loss)
 
 # %% ../nbs/07_sgld.ipynb #8a66d4b8
-def _weights(weights) -> np.ndarray:
-    w = np.asarray(weights, dtype=np.float64)
-    bad = ~(np.isfinite(w) & (w >= 0) & (w <= 1))
-    if bad.any():
-        k = int(np.argmax(bad.ravel()))
-        raise ValueError(f"weights must be finite and in [0, 1]; weights[{k}]={w.ravel()[k]}")
-    return w
-
 def personalized_user_epsilon(weights,                 # per-user likelihood weights w_i in [0, 1]
                               base_epsilon: float,     # epsilon the temperature was calibrated for (weight 1)
                               neighbour_weight=None,   # None: the weight belongs to the slot (or add/remove); a number w': weight of the replacing record
                              ) -> np.ndarray:
     "Per-user guarantees: w_i * epsilon, or (w_i + w') * epsilon / 2 when a replacing record brings its own weight w'."
     e = check_positive("base_epsilon", base_epsilon)
-    w = _weights(weights)
+    w = check_unit_interval("weights", weights)
     if neighbour_weight is None: return w * e
-    w2 = float(_weights(neighbour_weight))
+    w2 = float(check_unit_interval("neighbour_weight", neighbour_weight))
     return (w + w2) * e / 2
 
 # %% ../nbs/07_sgld.ipynb #b8fa0e97
@@ -260,6 +249,11 @@ def _ops_constant(B: float, neighbouring: str, constant: str) -> float:
     return ops_epsilon(B, neighbouring, "two_sided" if constant == "paper" else "one_sided")
 
 # %% ../nbs/07_sgld.ipynb #3d5226cb
+def _user_weights(name: str, value):
+    "The check of SGLD's `weights`: one weight for everybody (a float) or one per user (float32), each finite and in [0, 1]."
+    w = check_unit_interval(name, value, max_ndim=1)
+    return float(w) if w.ndim == 0 else w.astype(np.float32)
+
 @register_mechanism("sgld")
 class SGLD(Mechanism):
     "One posterior sample by SGLD (Liu, Wang & Smola 2015): user-level DP under exact sampling; releases V and c."
@@ -267,51 +261,33 @@ class SGLD(Mechanism):
     overflow_hint = "lower step={step}"
 
     def __init__(self,
-                 epsilon: float = 1.0,            # per-user ε of one exact posterior sample (users of weight 1)
-                 tau: int = 100,                  # ratings kept per user (trimming) or each user's weight budget
-                 d: int = 8,                      # rank of U and V
-                 epochs: int = 40,                # SGLD epochs; the iterate after the last one is the released sample
-                 step: float = 0.01,              # per-rating step on the tempered likelihood, (η/2)·γ·λ_r
-                 step_decay: float = 0.0,         # η_t = η·(1 + t)^-step_decay
-                 lambda_r: float = 1.0,           # likelihood precision λ_r (fixed: a data-dependent one voids B)
-                 prior_std: float | None = 0.25,  # prior std σ_p of each coordinate of u_i, v_j (None: (2d)^-1/4)
-                 lambda_b: float = 10.0,          # prior precision of the biases b_i, c_j
-                 neighbouring: str = "replace",   # 'replace' one user's ratings, or 'add_remove' a user
-                 constant: str = "derived",       # K: 'derived' one-sided (2B replace, B add/remove) or 'paper' two-sided (4B, 2B)
-                 bound: str = "trim",             # how B is made to hold: 'trim' to tau ratings or 'reweight'
-                 weights=None,                    # per-user weights w_i in [0, 1] (None: all 1): ε_i = w_i·ε
-                 noise: str = "table",            # Gaussian draws from a 'table' or 'fresh' (counter-based)
+                 epsilon: Positive = 1.0,         # per-user ε of one exact posterior sample (users of weight 1)
+                 tau: Int(1) = 100,               # ratings kept per user (trimming) or each user's weight budget
+                 d: Int(1) = 8,                   # rank of U and V
+                 epochs: Int(1) = 40,             # SGLD epochs; the iterate after the last one is the released sample
+                 step: Positive = 0.01,           # per-rating step on the tempered likelihood, (η/2)·γ·λ_r
+                 step_decay: Float(0, 1) = 0.0,   # η_t = η·(1 + t)^-step_decay
+                 lambda_r: Positive = 1.0,        # likelihood precision λ_r (fixed: a data-dependent one voids B)
+                 prior_std: Positive | None = 0.25,  # prior std σ_p of each coordinate of u_i, v_j (None: (2d)^-1/4)
+                 lambda_b: Positive = 10.0,       # prior precision of the biases b_i, c_j
+                 neighbouring: Choice("replace", "add_remove") = "replace",  # 'replace' one user's ratings, or 'add_remove' a user
+                 constant: Choice("derived", "paper") = "derived",  # K: 'derived' one-sided (2B replace, B add/remove) or 'paper' two-sided (4B, 2B)
+                 bound: Choice("trim", "reweight") = "trim",       # how B is made to hold: 'trim' to tau ratings or 'reweight'
+                 weights: Check(_user_weights) | None = None,     # per-user weights w_i in [0, 1] (None: all 1): ε_i = w_i·ε
+                 noise: Choice("table", "fresh") = "table",       # Gaussian draws from a 'table' or 'fresh' (counter-based)
                  table_size: int = 65_536,        # numbers in the Gaussian table (at least 2(d + 1))
-                 mu: float | None = None,         # public offset μ (None: the midpoint of the rating range)
-                 local_reg: float = 5.0,          # ridge λ of each user's local fit of (u_i, b_i) given V, c
-                 threads: int | None = None,      # threads to run (None: 1)
-                 blocks: int | None = None,       # G of the G x G block grid (None: threads); fixes the result
-                 layout: str = "user",            # order inside a block: 'user' (user visits) or 'random'
-                 seed: int = 0):                  # seed of trimming, start, table and noise
-        self.epsilon, self.tau, self.d = check_positive("epsilon", epsilon), check_int("tau", tau, 1), check_int("d", d, 1)
-        self.epochs, self.step = check_int("epochs", epochs, 1), check_positive("step", step)
-        self.step_decay, self.lambda_r = check_float("step_decay", step_decay, 0, 1), check_positive("lambda_r", lambda_r)
-        self.prior_std, self.lambda_b = check_positive("prior_std", prior_std, allow_none=True), check_positive("lambda_b", lambda_b)
-        self.neighbouring = check_choice("neighbouring", neighbouring, ("replace", "add_remove"))
-        self.constant, self.bound = check_choice("constant", constant, ("derived", "paper")), check_choice("bound", bound, ("trim", "reweight"))
-        self.weights = _check_weights(weights)
-        self.noise, self.table_size = check_choice("noise", noise, ("table", "fresh")), check_int("table_size", table_size, 2 * (self.d + 1))
-        self.mu, self.local_reg = check_float("mu", mu, allow_none=True), check_positive("local_reg", local_reg)
-        self.threads, self.blocks = check_int("threads", threads, 1, allow_none=True), check_int("blocks", blocks, 1, allow_none=True)
-        self.layout, self.seed = check_choice("layout", layout, ("random", "user")), check_int("seed", seed, 0)
+                 mu: Float() | None = None,       # public offset μ (None: the midpoint of the rating range)
+                 local_reg: Positive = 5.0,       # ridge λ of each user's local fit of (u_i, b_i) given V, c
+                 threads: Int(1) | None = None,   # threads to run (None: 1)
+                 blocks: Int(1) | None = None,    # G of the G x G block grid (None: threads); fixes the result
+                 layout: Choice("random", "user") = "user",  # order inside a block: 'user' (user visits) or 'random'
+                 seed: Int(0) = 0):               # seed of trimming, start, table and noise
+        "table_size, whose lower bound depends on d, is checked here; the rest by the base class."
+        self.table_size = check_int("table_size", table_size, 2 * (self.d + 1))
 
 # %% ../nbs/07_sgld.ipynb #29a76655
-def _check_weights(weights):
-    "None, one weight for everybody, or one per user: finite and in [0, 1]."
-    if weights is None: return None
-    w = np.asarray(weights, dtype=np.float64)
-    bad = ~(np.isfinite(w) & (w >= 0) & (w <= 1))
-    if w.ndim > 1 or bad.any():
-        k = int(np.argmax(bad.ravel())) if bad.any() else 0
-        raise ValueError(f"weights must be a number or a 1-d array in [0, 1]; weights[{k}]={show(w.ravel()[k])}")
-    return float(w) if w.ndim == 0 else w.astype(np.float32)
-
-def _sgld_resolved(self: SGLD, train: Ratings | None = None) -> dict:
+@patch
+def resolved_params(self: SGLD, train: Ratings | None = None) -> dict:
     "Parameters with defaults resolved; with `train`, also B, K, γ and the Langevin step η."
     p = self.params()
     p["weights"] = None if self.weights is None else (self.weights if np.ndim(self.weights) == 0 else "per-user")
@@ -328,8 +304,6 @@ def _sgld_resolved(self: SGLD, train: Ratings | None = None) -> dict:
         lam_max = max(p["prior_std"] ** -2, self.lambda_b)
         p["eta"] = min(2 * self.step / (p["gamma"] * self.lambda_r), 1.0 / lam_max)
     return p
-
-SGLD.resolved_params = _sgld_resolved
 
 # %% ../nbs/07_sgld.ipynb #263bf6bb
 def _check_user_weights(self: SGLD, train: Ratings) -> np.ndarray:
@@ -352,10 +326,11 @@ def _start(self: SGLD, train: Ratings, p: dict):
     return kept, blocks, U, V, b, c
 
 # %% ../nbs/07_sgld.ipynb #56bd5a06
-def _sgld_fit(self: SGLD, train: Ratings, progress: bool = False,
-              valid: Ratings | None = None,  # held-out ratings: the current sample's RMSE on them after every epoch
-              on_epoch=None,                 # called as on_epoch(t, U, V, b, c) after epoch t (diagnostics: sees the private state)
-              ) -> Factors:
+@patch
+def _fit(self: SGLD, train: Ratings, progress: bool = False,
+         valid: Ratings | None = None,  # held-out ratings: the current sample's RMSE on them after every epoch
+         on_epoch=None,                 # called as on_epoch(t, U, V, b, c) after epoch t (diagnostics: sees the private state)
+         ) -> Factors:
     "Trim, sample θ by SGLD, release (V, c); each user then fits (u_i, b_i) locally."
     p = self.resolved_params(train)
     w = _check_user_weights(self, train)
@@ -366,8 +341,7 @@ def _sgld_fit(self: SGLD, train: Ratings, progress: bool = False,
              else np.zeros(0, np.float32))
     lam = p["prior_std"] ** -2
     lo, hi, kseed, t0, history = train.rating_min, train.rating_max, int(self.rng(5).integers(2**62)), time.perf_counter(), []
-    prev = numba.get_num_threads(); numba.set_num_threads(p["threads"])
-    try:
+    with numba_threads(p["threads"]):
         for t in tqdm(range(self.epochs), desc="sgld", disable=not progress, leave=False):
             eta = p["eta"] * (1 + t) ** -self.step_decay
             ou_u, ou_v = ou_coefficients(counts, eta, lam, self.lambda_b), ou_coefficients(m_counts, eta, lam, self.lambda_b)
@@ -377,12 +351,8 @@ def _sgld_fit(self: SGLD, train: Ratings, progress: bool = False,
             if valid is not None: rec["valid_rmse"] = _rmse(U, V, b, c, p["mu"], valid)
             if on_epoch is not None: on_epoch(t, U, V, b, c)
             history.append(rec)
-    finally:
-        numba.set_num_threads(prev)
     U, b = local_user_fit(train, V, c, p["mu"], self.local_reg)
     return Factors(U, V, b, c, p["mu"], history, _sgld_report(self, p, w), params=_public(p))
-
-SGLD._fit = _sgld_fit
 
 # %% ../nbs/07_sgld.ipynb #9efc508c
 def _rmse(U, V, b, c, mu, r: Ratings) -> float:
@@ -463,8 +433,7 @@ def speed_ratio(r: Ratings,             # the ratings (one grid is built for bot
     "Median over interleaved pairs of SGD-time / SGLD-time per epoch (= SGLD/SGD in updates/s), and both rates."
     from dpmf_lit.kernels import sgd_epoch_parallel
     d, threads, pairs = check_int("d", d, 1), check_int("threads", threads, 1), check_int("pairs", pairs, 1)
-    old = numba.get_num_threads(); numba.set_num_threads(threads)
-    try:
+    with numba_threads(threads):
         blocks, sgld = bench_epoch(r, d, threads, noise, seed=seed)
         g, mu = np.random.default_rng(seed), float(np.mean(r.rating))
         U, V = (0.1 * g.standard_normal((r.n_users, d))).astype(np.float32), (0.1 * g.standard_normal((r.n_items, d))).astype(np.float32)
@@ -475,7 +444,6 @@ def speed_ratio(r: Ratings,             # the ratings (one grid is built for bot
         for t in range(pairs):
             t0 = time.perf_counter(); sgd(); t1 = time.perf_counter(); sgld(U, V, b, c, t + 1); t2 = time.perf_counter()
             t_sgd.append(t1 - t0); t_sgld.append(t2 - t1)
-    finally: numba.set_num_threads(old)
     ratios = np.array(t_sgd) / np.array(t_sgld)
     return dict(d=d, threads=threads, noise=noise, pairs=pairs, ratio=float(np.median(ratios)),
                 ratio_min=float(ratios.min()), ratio_max=float(ratios.max()),

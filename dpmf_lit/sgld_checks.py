@@ -10,10 +10,10 @@ import math
 from dataclasses import dataclass
 import numpy as np
 from scipy import stats
-from .checks import check_int, check_positive
+from .checks import check_choice, check_int, check_positive, check_unit_interval
 from .privacy import NEIGHBOURING
 from .stats import clopper_pearson
-from .sgld import _choice, _weights, clipped_loglik
+from .sgld import clipped_loglik
 
 # %% auto #0
 __all__ = ['log_posterior', 'worst_log_ratio', 'discrete_mf_table', 'TinyMF', 'TinyPosterior', 'tiny_posterior', 'tiny_sgld',
@@ -35,7 +35,7 @@ def worst_log_ratio(log_prior,           # (m,) log prior on the grid
                     neighbouring: str = "replace",  # 'replace' (any user by any record) or 'add_remove'
                    ) -> float:
     "max over theta and over every neighbour D' of |log p(theta | D) - log p(theta | D')|, all neighbours enumerated."
-    _choice("neighbouring", neighbouring, NEIGHBOURING)
+    check_choice("neighbouring", neighbouring, NEIGHBOURING)
     table = np.asarray(table, np.float64); idx = np.asarray(dataset, np.int64)
     S = np.asarray(log_prior, np.float64) + table[idx].sum(axis=0)
     base = S - np.logaddexp.reduce(S)
@@ -90,7 +90,7 @@ class TinyMF:
             raise ValueError(f"ratings={self.ratings} must be non-empty and in [{self.r_min}, {self.r_max}]")
         check_positive("gamma", self.gamma)
         for k in ("lambda_r", "lambda_u", "lambda_v", "lambda_b"): check_positive(k, getattr(self, k))
-        self.weights = np.ones_like(self.ratings) if self.weights is None else _weights(self.weights)
+        self.weights = np.ones_like(self.ratings) if self.weights is None else check_unit_interval("weights", self.weights)
         if self.weights.shape != self.ratings.shape: raise ValueError(f"weights must have shape {self.ratings.shape}; got {self.weights.shape}")
         if self.mu is None: self.mu = (self.r_min + self.r_max) / 2
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import html, json, os, re, shutil, subprocess, sys, tempfile
 from html.parser import HTMLParser
 from pathlib import Path
-from .checks import UserError
+from .checks import UserError, atomic_write
 
 # %% auto #0
 __all__ = ['README_NOTE', 'process_site', 'check_site', 'mathjax_dir', 'preview', 'find_chromium', 'browser_status', 'build_docs',
@@ -353,11 +353,7 @@ def write_readme(root: str | Path | None = None) -> Path:
     "Regenerate `README.md` from the index notebook (`make readme`); return its path."
     from nbdev.config import get_config
     target = get_config(Path(root).resolve() if root is not None else None).config_path / "README.md"
-    text = readme_text(root)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, target)
-    return target
+    return atomic_write(target, readme_text(root))
 
 # %% ../nbs/94_site.ipynb #d6824673
 def _has_docstring(docstring: str) -> bool:

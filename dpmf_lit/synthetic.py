@@ -12,20 +12,13 @@ import numba
 import numpy as np
 from numba import njit, prange
 from .checks import check_bool, check_float, check_int, generator
+from .kernels import _GOLDEN, _mix64, numba_threads   # splitmix64, one definition for the package
 from .ratings import Ratings
 
 # %% auto #0
 __all__ = ['normal_table', 'available_memory', 'synthetic_memory', 'synthetic']
 
 # %% ../nbs/00e_synthetic.ipynb #9bb96ca5
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
-@njit(inline="always")
-def _mix64(z):
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
 @njit(inline="always")
 def _next(state):
     "SplitMix64 step: (new state, 64 random bits)."
@@ -232,12 +225,9 @@ def synthetic(n_users: int,                 # users (rows), at most 2**31 - 1
     chunk_starts = _chunk_starts(offsets, n_users, n_ratings, threads)
     user = np.empty(n_ratings, np.int32); item = np.empty(n_ratings, np.int32); rating = np.empty(n_ratings, np.float32)
     mu, scale = (rating_levels + 1) / 2, (rating_levels - 1) / 4
-    old = numba.get_num_threads()
-    try:
-        if threads: numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    with numba_threads(min(threads, numba.config.NUMBA_NUM_THREADS) if threads else None):
         _synth_kernel(counts, offsets, chunk_starts, U, V, w, alias, _normal(), rank ** -0.25, mu, scale, float(noise),
                       float(rating_levels), kseed, user, item, rating)
-    finally: numba.set_num_threads(old)
     r = Ratings(user, item, rating, n_users, n_items, 1.0, float(rating_levels), name,
                 np.arange(n_users, dtype=np.int64), np.arange(n_items, dtype=np.int64))
     return (r, dict(U=U, V=V, mu=mu, scale=scale)) if return_truth else r

@@ -8,10 +8,12 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/public_private.html.md"""
 from __future__ import annotations
 import math, time
 import numpy as np
+from fastcore.basics import patch
 from scipy.sparse.linalg import svds
 from numba import njit
 from tqdm.auto import tqdm
 from . import checks
+from .checks import Choice, Float, Int, Positive
 from .data import Ratings
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
 
@@ -217,32 +219,25 @@ class XinPublicPrivate(Mechanism):
     overflow_hint = "raise lam={lam}"
 
     def __init__(self,
-                 public: float = 0.01,      # share of users who are public, in (0, 1]
-                 select: str = "most",      # public users: 'most' ratings first or 'random'
-                 d: int = 20,               # rank kept of Σ = V Vᵀ
-                 lam: float = 0.01,         # λ′ of Eqs. 3–4 (0.01: tuned on ML-100K public users)
-                 em_iters: int = 20,        # EM iterations on the public users
-                 mode: str = "local",       # 'local', 'pmd', 'pmc', 'laplace', 'sslp', 'exact' or 'full-em'
-                 n_private: int | None = None,  # private users who respond (most ratings first; None: all)
-                 weight: float | None = 0.5,  # weight of a private response in the M-step, in (0, 1]; None: by validation
-                 batch: int = 20,           # responses between server updates
-                 epsilon: float = 1.0,      # ε: per entry for 'laplace', per user (whole vector) for 'sslp'
-                 sweeps: int = 3,           # PMD: passes of greedy swaps
-                 trace: str = "uniform",    # trace norm of the public EM: 'uniform' or 'weighted'
-                 zeta: float = 0.1,         # smoothing of the weighted trace norm's marginals, in [0, 1]
-                 seed: int = 0):            # seed of the EM start, the public draw, the responses and the validation split
-        self.public = checks.check_float("public", public, 0.0, 1.0, low_open=True)
-        self.select = checks.check_choice("select", select, ("most", "random"))
-        self.d, self.lam = checks.check_int("d", d, 1), checks.check_positive("lam", lam)
-        self.em_iters, self.mode = checks.check_int("em_iters", em_iters, 1), checks.check_choice("mode", mode, MODES)
-        self.n_private = checks.check_int("n_private", n_private, 0, allow_none=True)
-        self.weight = checks.check_float("weight", weight, 0.0, 1.0, low_open=True, allow_none=True)
-        self.batch, self.epsilon = checks.check_int("batch", batch, 1), checks.check_positive("epsilon", epsilon)
-        self.sweeps, self.seed = checks.check_int("sweeps", sweeps, 0), checks.check_int("seed", seed, 0)
-        self.trace, self.zeta = checks.check_choice("trace", trace, ("uniform", "weighted")), checks.check_float("zeta", zeta, 0.0, 1.0)
+                 public: Float(0, 1, low_open=True) = 0.01,  # share of users who are public, in (0, 1]
+                 select: Choice("most", "random") = "most",  # public users: 'most' ratings first or 'random'
+                 d: Int(1) = 20,            # rank kept of Σ = V Vᵀ
+                 lam: Positive = 0.01,      # λ′ of Eqs. 3–4 (0.01: tuned on ML-100K public users)
+                 em_iters: Int(1) = 20,     # EM iterations on the public users
+                 mode: Choice(*MODES) = "local",  # 'local', 'pmd', 'pmc', 'laplace', 'sslp', 'exact' or 'full-em'
+                 n_private: Int(0) | None = None,  # private users who respond (most ratings first; None: all)
+                 weight: Float(0, 1, low_open=True) | None = 0.5,  # weight of a private response in the M-step, in (0, 1]; None: by validation
+                 batch: Int(1) = 20,        # responses between server updates
+                 epsilon: Positive = 1.0,   # ε: per entry for 'laplace', per user (whole vector) for 'sslp'
+                 sweeps: Int(0) = 3,        # PMD: passes of greedy swaps
+                 trace: Choice("uniform", "weighted") = "uniform",  # trace norm of the public EM: 'uniform' or 'weighted'
+                 zeta: Float(0, 1) = 0.1,   # smoothing of the weighted trace norm's marginals, in [0, 1]
+                 seed: Int(0) = 0):         # seed of the EM start, the public draw, the responses and the validation split
+        "Nothing to add: the base class checks and stores each parameter."
 
 # %% ../nbs/08_public_private.ipynb #09ac4385
-def _xin_users(self: XinPublicPrivate, train: Ratings) -> tuple[np.ndarray, np.ndarray]:
+@patch
+def _users(self: XinPublicPrivate, train: Ratings) -> tuple[np.ndarray, np.ndarray]:
     "(public, private responders): public by most ratings or at random; responders: the other users with most ratings."
     counts = np.bincount(train.user, minlength=train.n_users)
     rated = np.flatnonzero(counts > 0)
@@ -252,7 +247,8 @@ def _xin_users(self: XinPublicPrivate, train: Ratings) -> tuple[np.ndarray, np.n
     rest = order[~np.isin(order, pub)]
     return pub, (rest if self.n_private is None else rest[:self.n_private])
 
-def _xin_report(self: XinPublicPrivate, m: int) -> PrivacyReport:
+@patch
+def report(self: XinPublicPrivate, m: int) -> PrivacyReport:
     "The report: ε only for the Laplace baseline; deniability is not DP."
     base = "public users' ratings are released to the server in full (no protection)"
     if self.mode == "laplace":
@@ -270,7 +266,8 @@ def _xin_report(self: XinPublicPrivate, m: int) -> PrivacyReport:
     return PrivacyReport(released=("V",), method=what, scope=base, notes=f"{what}; {base}; no differential-privacy guarantee")
 
 # %% ../nbs/08_public_private.ipynb #fd28a436
-def _xin_respond(self: XinPublicPrivate, r, mu, lo, hi, scale, rng):
+@patch
+def _respond(self: XinPublicPrivate, r, mu, lo, hi, scale, rng):
     if self.mode == "pmd":
         return pmd_response(scale[np.abs(r[:, None] - scale[None]).argmin(1)], mu, scale, rng, self.sweeps) - mu
     if self.mode == "pmc": return pmc_response(r, mu, rng)
@@ -284,7 +281,8 @@ def _xin_scale(train: Ratings) -> np.ndarray:
     return S
 
 # %% ../nbs/08_public_private.ipynb #3dc62b35
-def _xin_run(self: XinPublicPrivate, rows, m, pub, priv, weight, scale, lo, hi, progress=False):
+@patch
+def _run(self: XinPublicPrivate, rows, m, pub, priv, weight, scale, lo, hi, progress=False):
     "(μ, V, history): the EM on the public users (all users in 'full-em'), then the responses in batches, weighted `weight`."
     em_users = np.concatenate([pub, priv]) if self.mode == "full-em" else pub
     mu, V, U = fit_sigma(rows, em_users, m, self.d, self.lam, self.em_iters, self.rng(0),
@@ -314,7 +312,8 @@ def holdout_rows(rows, users, share: float, rng) -> tuple[tuple, tuple]:
     ptr = np.zeros_like(indptr); np.cumsum(np.bincount(owner[keep], minlength=len(indptr) - 1), out=ptr[1:])
     return (ptr, item[keep], rating[keep]), (owner[~keep], item[~keep], rating[~keep])
 
-def _xin_validate(self: XinPublicPrivate, rows, m, pub, priv, scale, lo, hi, progress=False) -> tuple[float, dict]:
+@patch
+def _validate(self: XinPublicPrivate, rows, m, pub, priv, scale, lo, hi, progress=False) -> tuple[float, dict]:
     "(weight, {weight: held-out RMSE}): the weight in WEIGHTS whose run predicts held-out public ratings best."
     fit_rows, (hu, hj, hr) = holdout_rows(rows, pub, 0.1, self.rng(3))
     users = np.unique(hu); pos = np.searchsorted(users, hu); scores = {}
@@ -325,7 +324,8 @@ def _xin_validate(self: XinPublicPrivate, rows, m, pub, priv, scale, lo, hi, pro
     return min(scores, key=scores.get), scores
 
 # %% ../nbs/08_public_private.ipynb #c4a9576f
-def _xin_fit(self: XinPublicPrivate, train: Ratings, progress: bool = False) -> Factors:
+@patch
+def _fit(self: XinPublicPrivate, train: Ratings, progress: bool = False) -> Factors:
     rows, m = user_rows(train), train.n_items
     pub, priv = self._users(train)
     scale = _xin_scale(train) if self.mode == "pmd" else None
@@ -337,9 +337,6 @@ def _xin_fit(self: XinPublicPrivate, train: Ratings, progress: bool = False) -> 
     return Factors(U=Uall, V=V, user_bias=np.zeros(train.n_users), item_bias=mu, mean=0.0, history=history,
                    privacy=self.report(m), params=dict(n_public=len(pub), n_responses=len(priv) if self.mode != "local" else 0,
                                                        weight=weight, validation=scores))
-
-XinPublicPrivate._users, XinPublicPrivate.report, XinPublicPrivate._respond = _xin_users, _xin_report, _xin_respond
-XinPublicPrivate._run, XinPublicPrivate._validate, XinPublicPrivate._fit = _xin_run, _xin_validate, _xin_fit
 
 # %% ../nbs/08_public_private.ipynb #03c38a37
 def inference_measures(train: Ratings, public: float = 0.2, n_private: int = 100, d: int = 5, lam: float = 0.03, seed: int = 0) -> dict:

@@ -27,6 +27,9 @@ def build(name, **kw):
 
 
 def annotation(cls, k) -> str:
+    "The type a parameter's declared `Check` stands for ('int | None'), else its annotation as written."
+    check = cls.parameter_checks().get(k)
+    if check is not None: return check.kind.__name__ + (" | None" if check.none else "")
     a = inspect.signature(cls.__init__).parameters[k].annotation
     return a if isinstance(a, str) else getattr(a, "__name__", str(a))
 

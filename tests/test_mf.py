@@ -348,13 +348,10 @@ def test_blocks_setup_equals_the_argsort_reference_at_any_thread_count(layout, m
     monkeypatch.setattr(K, "SUB_BUCKET", 64)
     r = synthetic(400, 150, 30_000, seed=3)
     ref = blocks_reference(r.user, r.item, r.rating, r.n_users, r.n_items, 4, seed=11, layout=layout, sub_bucket=64)
-    prev = numba.get_num_threads()
-    try:
-        for threads in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}):
-            numba.set_num_threads(threads)
+    for threads in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}):
+        with K.numba_threads(threads):
             got = prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_groups=4, seed=11, layout=layout)
-            for a, b in zip(got, ref): np.testing.assert_array_equal(a, b)
-    finally: numba.set_num_threads(prev)
+        for a, b in zip(got, ref): np.testing.assert_array_equal(a, b)
 
 
 def test_random_layout_order_inside_a_block_is_uniform(monkeypatch):

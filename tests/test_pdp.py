@@ -165,8 +165,8 @@ def test_closed_form_and_fixed_noise_gd_agree(split):
 BAD = [
     (lambda: P.sampling_probability([0.1, -0.2], 0.5), "-0.2"),
     (lambda: P.sampling_probability([0.1], 0), "t=0"),
-    (lambda: P.check_probabilities([0.2, 1.5], "pi"), "pi[1]=1.5"),
-    (lambda: P.check_probabilities([-0.1], "pi"), "pi[0]=-0.1"),
+    (lambda: P.amplified_epsilon([0.2, 1.5], 1.0), "pi[1]=1.5"),
+    (lambda: P.replace_epsilon([-0.1], 1.0, 1.0), "pi[0]=-0.1"),
     (lambda: P.PrivacySpec.for_ratings(_ratings(100), np.ones(99)), "shape (99,) but ratings has 100"),
     (lambda: P.PrivacySpec.for_ratings(_ratings(100), np.zeros(100)), "epsilon[0]=0.0"),
     (lambda: P.pdp_privacy_spec(_ratings(100), f_c=1.2), "f_c=1.2"),

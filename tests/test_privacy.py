@@ -313,6 +313,14 @@ BAD = [
     (lambda: P.PrivacyAccountant().gaussian(-1.0), "noise_multiplier=-1.0"),
     (lambda: P.PrivacyAccountant().gaussian(1.0).report(delta=0), "delta=0"),
     (lambda: P.PrivacyAccountant().report(method="magic"), "method='magic'"),
+    # numbers typed as text, and booleans, are refused as in the rest of the package (dpmf_lit.checks)
+    (lambda: P.gaussian_noise(10, "3"), "sigma='3' must be a number > 0"),
+    (lambda: P.laplace_noise(10, True), "scale=True must be a number > 0"),
+    (lambda: P.gaussian_delta(1.0, "0.5"), "epsilon='0.5' must be a number >= 0"),
+    (lambda: P.gaussian_epsilon(1.0, "1e-5"), "delta='1e-5' must be a number in (0, 1)"),
+    (lambda: P.gaussian_rdp(1.0, count="3"), "count='3' must be an integer >= 1"),
+    (lambda: P.l2_laplace_noise(3, 2, 1.0, seed=-1), "seed=-1 must be an integer >= 0 or a numpy Generator"),
+    (lambda: S.personalized_user_epsilon([1.0], 1.0, neighbour_weight=2.0), "neighbour_weight[0]=2.0"),
 ]
 
 

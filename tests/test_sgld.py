@@ -1,13 +1,12 @@
 """Liu, Wang & Smola (2015): the SGLD engine and the `sgld` mechanism (nbs/07_sgld.ipynb).
 
 Statistical tests use fixed seeds; a correct sampler must pass at ACCEPT and a wrong one fail at REJECT."""
-import numba
 import numpy as np
 import pytest
 from scipy import stats
 
 from dpmf_lit.data import synthetic
-from dpmf_lit.kernels import prepare_sgd_blocks
+from dpmf_lit.kernels import numba_threads, prepare_sgd_blocks
 from dpmf_lit.sgld import (SGLD, clipped_loglik, gaussian_table, fresh_normals, local_user_fit, ou_coefficients, reweighting, sgld_epoch,
                            sgld_epoch_numpy, sgld_epoch_parallel, trim_ratings, user_loglik_bound)
 from dpmf_lit.stats import ACCEPT, REJECT, ks_p
@@ -92,9 +91,8 @@ def _chain(noise: str, G: int, seeds: int, epochs: int, eta: float, lam: float, 
     m = np.bincount(item, minlength=30)
     ou_u, ou_v = ou_coefficients(np.bincount(user, minlength=40), eta, lam, lam), ou_coefficients(m, eta, lam, lam)
     blk = prepare_sgd_blocks(user, item, rating, 40, 30, n_threads=threads, n_groups=G, seed=0, layout="user")
-    out, old = [], numba.get_num_threads()
-    numba.set_num_threads(threads)
-    try:
+    out = []
+    with numba_threads(threads):
         for s in range(seeds):
             g = np.random.default_rng(1000 + s)
             U, V = (g.standard_normal((40, 2)) / np.sqrt(lam)).astype(np.float32), (g.standard_normal((30, 2)) / np.sqrt(lam)).astype(np.float32)
@@ -103,8 +101,6 @@ def _chain(noise: str, G: int, seeds: int, epochs: int, eta: float, lam: float, 
             for t in range(epochs):
                 sgld_epoch_parallel(*blk, U, V, b, c, 3.0, 1.0, 5.0, eta, lik, np.ones(40, np.float32), ou_u, ou_v, table, s, t, True)
             out.append(np.c_[V, c].copy())
-    finally:
-        numba.set_num_threads(old)
     return np.stack(out), m
 
 
