@@ -48,12 +48,15 @@ def runs(source: str, skip_flags=("notest", "slow")) -> bool:
 _WIDGET = "application/vnd.jupyter.widget-view+json"
 
 def storable(outputs: list, source: str) -> tuple[list, list]:
-    "The outputs of a cell that are stored, and the left-out ones: stderr, widgets, everything under `output: false`."
+    """The outputs of a cell that are stored, and the left-out ones: stderr, widgets, everything under `output: false`.
+    Stdout printed on both sides of a left-out output is stored as one stream, as a reader saw it."""
     if directives(source).get("output", "").lower() == "false": return [], list(outputs)
     keep, drop = [], []
     for o in outputs:
-        bad = (o.get("output_type") == "stream" and o.get("name") == "stderr") or _WIDGET in o.get("data", {})
-        (drop if bad else keep).append(o)
+        if (o.get("output_type") == "stream" and o.get("name") == "stderr") or _WIDGET in o.get("data", {}): drop.append(o)
+        elif o.get("output_type") == "stream" and keep and keep[-1].get("name") == o.get("name"):
+            keep[-1] = {**keep[-1], "text": "".join(keep[-1]["text"]) + "".join(o["text"])}
+        else: keep.append(o)
     return keep, drop
 
 # %% ../nbs/92_stored_outputs.ipynb #441f0496
@@ -204,14 +207,14 @@ def stale_reason(path, settings: Settings, stamps: dict, hashes: dict | None = N
 def store(path, settings: Settings, skip_flags=("notest", "slow"), timeout: int | None = None, hashes: dict | None = None) -> dict:
     "Execute notebook `path`, write it back with its outputs, then its stamp; return what happened."
     path = Path(path)
-    ran = path.read_text(encoding="utf-8")
+    ran, revision = path.read_text(encoding="utf-8"), git_revision(settings.root, [path, package_dir()])  # the code that runs
     outputs, modules, seconds = execute(path, skip_flags, timeout)
     text, left_out = with_outputs(path, outputs, settings.root, ran)
     inputs = notebook_inputs(path, text, modules, settings, hashes)
     atomic_write(path, text)
     _save_stamp(settings, path.stem, {"notebook": path.name, "modules": modules, "inputs": inputs, "stamp": _sha(inputs),
                                       "outputs_sha256": outputs_sha256(text), "seconds": round(seconds, 1),
-                                      "git_revision": git_revision(settings.root, [path, package_dir()])})
+                                      "git_revision": revision})
     cells = [c for c in json.loads(text)["cells"] if c["cell_type"] == "code"]
     return dict(notebook=path.stem, status="ok", seconds=round(seconds, 1), left_out=len(left_out),
                 note=f"{sum(bool(c['outputs']) for c in cells)} of {len(cells)} code cells show output")
