@@ -13,6 +13,7 @@ from .settings import PROFILES, load_settings
 from .experiment import known_datasets, load_ratings, parse_assignments, parse_dataset_spec, to_jsonable
 from .provenance import (committed_results, compare_records, format_comparison, format_status, load_manifest,
                                  load_results, select, status)
+from .outputs import format_outputs_status, outputs_status, store_outputs
 from .reproduce import reproduce
 
 # %% auto #0
@@ -170,11 +171,22 @@ def cmd_bench(args) -> int:
 
 # %% ../nbs/93_cli.ipynb #a00ab45e
 def _reproduce_status(args, settings) -> int:
-    "`--status`: every entry current / stale / missing; exit 1 when one is not current."
-    profile = args.profile or settings.profile
-    rows = status(profile, settings, only=args.only)
-    print(json.dumps(to_jsonable(rows), indent=1) if args.json else format_status(rows, profile))
-    return int(any(r["state"] != "current" for r in rows))
+    "`--status`: every entry, then the paper notebooks' stored outputs, current / stale / missing; exit 1 when one is not current."
+    profile, nbs = args.profile or settings.profile, outputs_status(settings, args.only)
+    try: rows = status(profile, settings, only=args.only)
+    except ValueError:
+        if not nbs: raise
+        rows = []   # --only names notebooks, no entry
+    if args.json: print(json.dumps(to_jsonable(rows + [{"id": f"outputs:{r['notebook']}", **r} for r in nbs]), indent=1))
+    else: print("\n".join(([format_status(rows, profile)] if rows else []) + ([format_outputs_status(nbs)] if nbs else [])))
+    return int(any(r["state"] != "current" for r in rows + nbs))
+
+def _reproduce_outputs(args, settings) -> int:
+    "`--outputs`: execute the paper notebooks whose stored outputs are not current (all with --force) and store them."
+    rows = store_outputs(only=args.only, force=args.force, settings=settings)
+    failed = [r["notebook"] for r in rows if r["status"] == "FAILED"]
+    if failed: print(f"dpmf: {len(failed)} notebook(s) failed: {', '.join(failed)} (left as they were)", file=sys.stderr)
+    return int(bool(failed))
 
 def _reproduce_compare(args, settings) -> int:
     "`--compare REV|FILE`: the results file number by number against REV's committed one (or a file); exit 1 on a difference."
@@ -190,6 +202,7 @@ def cmd_reproduce(args) -> int:
     settings = _settings(args)
     if args.status: return _reproduce_status(args, settings)
     if args.compare: return _reproduce_compare(args, settings)
+    if args.outputs: return _reproduce_outputs(args, settings)
     summary = reproduce(profile=args.profile, only=args.only, force=args.force, jobs=args.jobs, dask_address=args.dask,
                         settings=settings, progress=not args.no_progress, allow_dirty=args.allow_dirty)
     print(summary)
@@ -259,7 +272,7 @@ def _bench_and_reproduce_parsers(sub, common, fmt):
                                      "Up-to-date entries are skipped; a failed entry leaves no output, the others go on, "
                                      "and the exit status is 1.",
                          epilog="examples:\n  dpmf reproduce\n  dpmf reproduce --status\n  dpmf reproduce --profile smoke --force\n"
-                                "  dpmf reproduce --only 'baseline-*' --jobs 2\n  dpmf reproduce --compare HEAD\n"
+                                "  dpmf reproduce --only 'baseline-*' --jobs 2\n  dpmf reproduce --compare HEAD\n  dpmf reproduce --outputs\n"
                                 "  dpmf reproduce --dask tcp://scheduler:8786")
     rep.add_argument("--profile", choices=PROFILES, default=None,
                      help="smoke (synthetic, seconds), quick (MovieLens 100K) or paper (the papers' data); default: settings.ini")
@@ -277,6 +290,9 @@ def _bench_and_reproduce_parsers(sub, common, fmt):
     what.add_argument("--compare", metavar="REV|FILE", default=None,
                       help="run nothing; compare the results file number by number with the one committed at REV (e.g. HEAD) "
                            "or with FILE, timings and declared tolerances excepted; exit 1 on a difference")
+    what.add_argument("--outputs", action="store_true",
+                      help="run no entry; execute the paper notebooks whose stored outputs are not current (all with --force; "
+                           "--only matches notebook names, e.g. '07_*') and store their outputs in nbs/ (make outputs)")
     rep.add_argument("--json", action="store_true", help="with --status or --compare: print JSON rows")
     rep.set_defaults(func=cmd_reproduce)
 

@@ -190,6 +190,22 @@ def _link_pages(body: str, page: str, names: dict) -> str:
         return f'href="{os.path.relpath(names[target], here)}{m.group(2) or ""}"'
     return _NB_HREF.sub(sub, body)
 
+# %% ../nbs/94_site.ipynb #d54ec19d
+_OPTION = re.compile(r"#\|\s*([\w-]+)\s*:\s*(.*?)\s*$")
+
+def _as_quarto_shows(cell: dict) -> dict | None:
+    "Processed `cell` as Quarto renders it (see above); None when nothing of it is shown."
+    if cell["cell_type"] != "code": return cell
+    lines, opts = "".join(cell.get("source") or "").splitlines(), {}
+    while lines and lines[0].startswith("#|"):
+        m = _OPTION.match(lines.pop(0))
+        if m: opts[m.group(1)] = m.group(2).strip("'\"").lower()
+    code = "\n".join(lines).strip("\n")
+    outputs = [] if opts.get("output") == "false" else cell.get("outputs", [])
+    if opts.get("include") == "false" or not (code or outputs): return None
+    hidden = {"transient": {"remove_source": True}} if opts.get("echo") == "false" or not code else {}
+    return {**cell, "source": code, "outputs": outputs, "metadata": hidden}
+
 # %% ../nbs/94_site.ipynb #b978b2c1
 def _dress(body: str, page: str, pg: dict, nav: str, up: str, names: dict) -> str:
     "nbconvert's page for notebook `page` with a local MathJax, the status script, a title header and the sidebar."
@@ -205,11 +221,11 @@ def _dress(body: str, page: str, pg: dict, nav: str, up: str, names: dict) -> st
     return _link_pages(body, page, names)
 
 def _page(proc: Path, page: str) -> dict:
-    "Processed notebook `page` as the preview shows it: front matter taken off into title and description."
+    "Processed notebook `page` as the preview shows it: cells as Quarto shows them, front matter taken off into title and description."
     import nbformat
     d = json.loads((proc / page).read_text(encoding="utf-8"))
     keep = {"cell_type", "source", "metadata", "outputs", "execution_count", "id", "attachments"}
-    cells = [{**{k: v for k, v in c.items() if k in keep}, "metadata": {}} for c in d["cells"]]
+    cells = [x for c in d["cells"] if (x := _as_quarto_shows({**{k: v for k, v in c.items() if k in keep}, "metadata": {}}))]
     fm = _front_matter(cells)
     d["cells"] = [c for i, c in enumerate(cells) if not (fm and i < 2 and _is_front_matter(c))]
     name = (Path(page).parent / fm.get("output-file", Path(page).stem + ".html")).as_posix()
