@@ -15,7 +15,6 @@ from fastcore.basics import patch
 from numba import njit
 from scipy import optimize, special, sparse
 from .checks import check_choice, check_float, check_fraction, check_int, check_positive, generator
-from .data import Ratings
 from .checks import show
 
 # %% auto #0

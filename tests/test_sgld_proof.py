@@ -258,7 +258,7 @@ BAD = [
     (lambda: S.ops_epsilon(1.0, "replace", "huber"), "loss='huber'"),
     (lambda: S.ops_likelihood_scale(-1.0, 1.0), "epsilon=-1.0"),
     (lambda: S.personalized_user_epsilon([0.5, 1.2], 1.0), "weights[1]=1.2"),
-    (lambda: S.personalized_user_epsilon([0.5], 1.0, neighbour_weight=-0.1), "weights[0]=-0.1"),
+    (lambda: S.personalized_user_epsilon([0.5], 1.0, neighbour_weight=-0.1), "neighbour_weight[0]=-0.1"),
     (lambda: S.personalized_user_epsilon([0.5], 0.0), "base_epsilon=0.0"),
     (lambda: S.user_loglik_bound(0, 1.0, 1, 5), "tau=0"),
     (lambda: S.user_loglik_bound(5, -1.0, 1, 5), "lambda_r=-1.0"),
