@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 pytest.importorskip("papermill")
-pytestmark = pytest.mark.slow   # four experiment notebooks end to end
+# four experiment notebooks end to end in the module fixture (25-45 s on 2 cores): the slow lane, with the fixture's limit
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[1]
 EXP = ROOT / "nbs" / "experiments"
 IDS = ("sgld-epochs", "sgld-table", "sgld-rmse-eps", "sgld-personal")

@@ -15,12 +15,18 @@ NBS = sorted(p for p in (ROOT / "nbs").rglob("*.ipynb") if ".ipynb_checkpoints" 
 PAGES = sorted(p.relative_to(ROOT / "nbs").as_posix() for p in NBS)
 
 
+# Processing the site (proc) takes 10-40 s on 2 cores, the preview 15-30 s more: the tests that may be the first
+# to need them are in the slow lane with this limit (pytest-timeout counts that setup in the test's limit).
+SITE_BUILD_LIMIT = 600
+
+
 @pytest.fixture(scope="module")
 def proc():
     return site.process_site(root=ROOT)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(SITE_BUILD_LIMIT)
 def test_site_pages_links_and_figures_resolve(proc):
     """Runs nbdev-proc-nbs (without its Quarto download) and checks every page, internal link and
     figure reference of the processed site."""
@@ -101,6 +107,7 @@ def _local_refs(html: str) -> list:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(SITE_BUILD_LIMIT)
 def test_preview_pages_are_offline_without_front_matter_and_linked(preview_dir):
     pages = sorted(preview_dir.rglob("*.html"))
     assert len(pages) == len(PAGES)
