@@ -75,6 +75,7 @@ class PMF(Mechanism):
     "Non-private (biased) probabilistic matrix factorization: the baseline every private mechanism is compared to."
     test_params = dict(d=4, epochs=3)
     overflow_hint = "lower lr={lr} or init_std={init_std}"
+    applies = {"lr": ("solver", ("sgd", "gd")), "lr_decay": ("solver", ("sgd", "gd")), "layout": ("solver", ("sgd",)), "blocks": ("solver", ("sgd",))}
     # per-solver defaults for the parameters left at None (the SGD values are the tuned ones below)
     SOLVER_DEFAULTS = {"sgd": dict(epochs=100, lr=0.01, lr_decay=0.98),
                        "gd":  dict(epochs=300, lr=0.001, lr_decay=1.0),

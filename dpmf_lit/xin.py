@@ -215,15 +215,17 @@ WEIGHTS = (0.5, 0.1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7)   # the validation grid
 @register_mechanism("xin")
 class XinPublicPrivate(Mechanism):
     "Xin & Jaakkola (2014): Σ from public users by EM, Eq. 4 on the device for private users; optional 2nd-order release (PMD/PMC) or baselines."
-    test_params = dict(public=0.3, d=3, em_iters=4, mode="pmc", n_private=40)
-    overflow_hint = "raise lam={lam}"
+    test_params = dict(public=0.3, d=3, epochs=4, mode="pmc", n_private=40)
+    overflow_hint = "raise reg={reg}"
+    aliases = {"lam": "reg"}   # Xin & Jaakkola's λ′
+    applies = {"epsilon": ("mode", ("laplace", "sslp")), "sweeps": ("mode", ("pmd",)), "zeta": ("trace", ("weighted",))}
 
     def __init__(self,
                  public: Float(0, 1, low_open=True) = 0.01,  # share of users who are public, in (0, 1]
                  select: Choice("most", "random") = "most",  # public users: 'most' ratings first or 'random'
                  d: Int(1) = 20,            # rank kept of Σ = V Vᵀ
-                 lam: Positive = 0.01,      # λ′ of Eqs. 3–4 (0.01: tuned on ML-100K public users)
-                 em_iters: Int(1) = 20,     # EM iterations on the public users
+                 reg: Positive = 0.01,      # λ′ of Eqs. 3–4 (0.01: tuned on ML-100K public users)
+                 epochs: Int(1) = 20,       # EM iterations on the public users
                  mode: Choice(*MODES) = "local",  # 'local', 'pmd', 'pmc', 'laplace', 'sslp', 'exact' or 'full-em'
                  n_private: Int(0) | None = None,  # private users who respond (most ratings first; None: all)
                  weight: Float(0, 1, low_open=True) | None = 0.5,  # weight of a private response in the M-step, in (0, 1]; None: by validation
@@ -285,17 +287,17 @@ def _xin_scale(train: Ratings) -> np.ndarray:
 def _run(self: XinPublicPrivate, rows, m, pub, priv, weight, scale, lo, hi, progress=False):
     "(μ, V, history): the EM on the public users (all users in 'full-em'), then the responses in batches, weighted `weight`."
     em_users = np.concatenate([pub, priv]) if self.mode == "full-em" else pub
-    mu, V, U = fit_sigma(rows, em_users, m, self.d, self.lam, self.em_iters, self.rng(0),
+    mu, V, U = fit_sigma(rows, em_users, m, self.d, self.reg, self.epochs, self.rng(0),
                           zeta=self.zeta if self.trace == "weighted" else None, progress=progress)
-    history = [dict(stage="em", users=len(em_users), iters=self.em_iters)]
+    history = [dict(stage="em", users=len(em_users), iters=self.epochs)]
     if self.mode in ("local", "full-em"): return mu, V, history
     rng, resp, (indptr, item, rating) = self.rng(1), [], rows
     for start in tqdm(range(0, len(priv), self.batch), desc=f"xin {self.mode}", disable=not progress):
         for i in priv[start:start + self.batch]:   # on each device: complete, then respond once
             sl = slice(indptr[i], indptr[i + 1])
-            r = mu + V @ local_factor(V, item[sl], rating[sl] - mu[item[sl]], self.lam); r[item[sl]] = rating[sl]
+            r = mu + V @ local_factor(V, item[sl], rating[sl] - mu[item[sl]], self.reg); r[item[sl]] = rating[sl]
             resp.append(self._respond(r, mu, lo, hi, scale, rng))
-        U = e_step(V, mu, rows, pub, self.lam)   # server: re-complete public users, M-step with the responses
+        U = e_step(V, mu, rows, pub, self.reg)   # server: re-complete public users, M-step with the responses
         w = np.r_[np.ones(len(pub)), np.full(len(resp), weight)]
         V = m_step(np.vstack([U @ V.T, np.array(resp)]), w, self.d)
         history.append(dict(stage="private", responses=len(resp)))
@@ -319,7 +321,7 @@ def _validate(self: XinPublicPrivate, rows, m, pub, priv, scale, lo, hi, progres
     users = np.unique(hu); pos = np.searchsorted(users, hu); scores = {}
     for w in tqdm(WEIGHTS, desc="xin weight", disable=not progress):
         mu, V, _ = self._run(fit_rows, m, pub, priv, w, scale, lo, hi)
-        U = e_step(V, mu, fit_rows, users, self.lam)
+        U = e_step(V, mu, fit_rows, users, self.reg)
         scores[w] = float(np.sqrt(np.mean((mu[hj] + np.einsum("kd,kd->k", U[pos], V[hj]) - hr) ** 2)))
     return min(scores, key=scores.get), scores
 
@@ -333,7 +335,7 @@ def _fit(self: XinPublicPrivate, train: Ratings, progress: bool = False) -> Fact
     if weight is None:
         weight, scores = self._validate(rows, m, pub, priv, scale, lo, hi, progress) if self.mode not in ("local", "full-em") else (0.5, None)
     mu, V, history = self._run(rows, m, pub, priv, weight, scale, lo, hi, progress)
-    Uall = e_step(V, mu, rows, np.arange(train.n_users), self.lam)
+    Uall = e_step(V, mu, rows, np.arange(train.n_users), self.reg)
     return Factors(U=Uall, V=V, user_bias=np.zeros(train.n_users), item_bias=mu, mean=0.0, history=history,
                    privacy=self.report(m), params=dict(n_public=len(pub), n_responses=len(priv) if self.mode != "local" else 0,
                                                        weight=weight, validation=scores))
