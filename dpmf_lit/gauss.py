@@ -146,6 +146,8 @@ class GaussMF(Mechanism):
     aliases = {"epsilon_i": "step_epsilon", "delta_r": "delta", "C": "max_norm", "n": "d", "mu": "lr", "J": "epochs",
                "lam": "reg", "tau": "rating_range"}   # Mugdho & Imtiaz's symbols (their δ of a step is step_delta)
     applies = {k: ("private", (True,)) for k in ("step_epsilon", "step_delta", "delta", "accounting")}
+    symbols = {"step_epsilon": "$\\epsilon_i$", "step_delta": "$\\delta$", "delta": "$\\delta_r$", "max_norm": "$C$", "d": "$n$",
+               "lr": "$\\mu$", "epochs": "$J$", "reg": "$\\lambda$", "rating_range": "$\\tau$"}
 
     def __init__(self,
                  step_epsilon: Fraction = 0.4,       # ε_i of each step's Gaussian mechanism, in (0, 1)

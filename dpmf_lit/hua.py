@@ -149,6 +149,7 @@ class HuaDPMF(Mechanism):
     test_params = dict(d=3, pmf_epochs=3)
     overflow_hint = "raise epsilon={epsilon} or lower noise_multiplier={noise_multiplier}: the noise overflowed"
     applies = {"epochs": ("solver", ("gd",))}   # the closed form takes no steps
+    symbols = {"epsilon": "$\\epsilon$", "d": "$d$", "reg": "$\\lambda$", "max_norm": "$\\lVert u_i\\rVert \\le 1$"}
     SCOPE = ("for V given U, where U is trained non-privately on the same ratings and kept secret; "
              "the end-to-end map ratings -> V is not epsilon-DP")
     _PMF_NAMES = dict(solver="pmf_solver", epochs="pmf_epochs", reg="pmf_reg", lr="pmf_lr")   # PMF's names -> ours

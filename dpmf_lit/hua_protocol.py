@@ -378,6 +378,7 @@ class HuaProtocol(Mechanism):
     test_params = dict(d=3, epochs=3, pmf_epochs=3, sparse_items="drop")
     overflow_hint = "raise epsilon={epsilon}: the noise overflowed"
     applies = {"p_online": ("scenario", (3,)), "k": ("scenario", (3,))}
+    symbols = {"epsilon": "$\\epsilon$", "d": "$d$", "reg": "$\\lambda$", "k": "$k$", "modulus_bits": "$\\log_2 P$"}
     _PMF_NAMES = dict(solver="pmf_solver", epochs="pmf_epochs", reg="pmf_reg")   # PMF's names -> ours
 
     def __init__(self,

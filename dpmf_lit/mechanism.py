@@ -170,6 +170,7 @@ class Mechanism(metaclass=_Declared):
     overflow_hint: str = ""  # what to change when the factors overflow, formatted with the resolved parameters
     aliases: dict = {}       # {the paper's name: parameter}, accepted where a reader reproducing the paper would type it
     applies: dict = {}       # {parameter: (other, values)}: used only when resolved parameter `other` is in `values`
+    symbols: dict = {}       # {parameter: the paper's symbol (LaTeX)}, for the table under the paper notebook's mathematics
 
     def __new__(cls, **kwargs):
         "Refuse an unknown parameter by name, then store every parameter as an attribute, checked by its declared `Check`."
@@ -285,8 +286,8 @@ def get_params(self: Mechanism, deep: bool = True) -> dict:
 @patch
 def set_params(self: Mechanism, **params) -> Mechanism:
     "Change parameters in place (aliases accepted), with the constructor's checks; returns self, as scikit-learn's `set_params`."
-    params = type(self).canonical(params)
-    new = type(self)(**{**{k: getattr(self, k) for k in self._given}, **params})
+    changed = type(self).canonical(params)   # by parameter name; the call below keeps the names typed, for its messages
+    new = type(self)(**{k: getattr(self, k) for k in self._given if k not in changed}, **params)
     self.__dict__.update(new.__dict__)
     return self
 
@@ -305,6 +306,14 @@ class _Shown(dict):
     def __init__(self, p: dict): super().__init__({k: show(v) for k, v in p.items()})
     def __missing__(self, k): return k
 
+def _extreme(mech: Mechanism) -> str:
+    "The hint for an overflow when a parameter given is itself extreme (below 1e-100 or above 1e100 in size): name it."
+    for k in mech._given:
+        v = getattr(mech, k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v != 0 and not 1e-100 <= abs(v) <= 1e100:
+            return f"{k}={show(v)} is extreme: bring it within a few orders of magnitude of its default"
+    return ""
+
 def _check_data(train, valid):
     if not isinstance(train, Ratings): raise ValueError(f"train must be a Ratings object, got {type(train).__name__}")
     if len(train) == 0: raise ValueError(f"train={train.name!r} is empty: nothing to fit")
@@ -312,6 +321,16 @@ def _check_data(train, valid):
         got = repr(valid) if isinstance(valid, Ratings) else type(valid).__name__
         raise ValueError(f"valid must be Ratings on the train matrix ({train.n_users:,} x {train.n_items:,}), e.g. the other part "
                          f"of a split; got {got}")
+
+def _check_extra(mech: Mechanism, extra: dict):
+    "Refuse a keyword `fit` passes to `_fit` that `_fit` does not take, naming the ones it does."
+    sig = inspect.signature(mech._fit).parameters
+    takes = [k for k in sig if k not in ("self", "train", "progress", "valid")]
+    for k in extra:
+        if k not in sig or k in ("self", "train", "progress"):
+            raise ValueError(f"{k}={show(extra[k]) if not hasattr(extra[k], '__len__') else type(extra[k]).__name__}: "
+                             f"{type(mech).__name__}.fit takes no {k!r}; validation data is valid=..."
+                             + (f"; its own options: {', '.join(takes)}" if takes else ""))
 
 def _rmse(model: "FittedModel", data: Ratings) -> float:
     err = model.predict_codes(data.user, data.item).astype(np.float64) - data.rating
@@ -322,10 +341,11 @@ def _rmse(model: "FittedModel", data: Ratings) -> float:
 def fit(self: Mechanism, train: Ratings, valid: Ratings | None = None, *, progress: bool = False, **extra) -> FittedModel:
     "Check the data and memory, run `_fit` (timed), check the factors are finite, build the `FittedModel` (with `valid`'s RMSE)."
     _check_data(train, valid)
+    _check_extra(self, extra)
     check_bool("progress", progress)
     _check_memory(self, train)
     if valid is not None and "valid" in inspect.signature(self._fit).parameters: extra["valid"] = valid   # RMSE after every epoch
-    hint = lambda p: self.overflow_hint.format_map(_Shown(p)) or "check the parameters"
+    hint = lambda p: _extreme(self) or self.overflow_hint.format_map(_Shown(p)) or "check the parameters"
     t0 = time.perf_counter()
     try: out = self._fit(train, progress, **extra)
     except (ValueError, OverflowError, FloatingPointError) as e:   # an inner check that met an infinity: say what to change
@@ -415,7 +435,12 @@ def parameter_table(registry: dict | None = None) -> pd.DataFrame:
     return pd.DataFrame({n: [c.get(k, "") for k in rows] for n, c in cols.items()}, index=rows).rename_axis("parameter")
 
 def paper_names(cls) -> str:
-    "The one-line table 'paper's name → parameter' a paper notebook shows under its mathematics (markdown)."
-    if not cls.aliases: return f"`{cls.name}` uses no paper names: its parameters are the vocabulary's."
-    head = " | ".join(f"`{a}`" for a in cls.aliases); body = " | ".join(f"`{n}`" for n in cls.aliases.values())
-    return f"| paper | {head} |\n|---|{'---|' * len(cls.aliases)}\n| `{cls.name}` parameter | {body} |"
+    "The table 'paper symbol → parameter' (and the paper's name the class also accepts) under a paper notebook's mathematics (markdown)."
+    alias = {n: a for a, n in cls.aliases.items()}
+    names = list(cls.symbols) + [n for n in alias if n not in cls.symbols]
+    if not names: return f"`{cls.name}` declares no paper symbols: its parameters are the vocabulary's."
+    row = lambda cells: "| " + " | ".join(cells) + " |"
+    rows = [row(["paper"] + [cls.symbols.get(n, "") for n in names]), row(["---"] * (len(names) + 1)),
+            row([f"`{cls.name}`"] + [f"`{n}`" for n in names])]
+    if alias: rows.append(row(["also accepted"] + [f"`{alias[n]}`" if n in alias else "" for n in names]))
+    return "\n".join(rows)

@@ -225,6 +225,8 @@ class _PMFObjective(Mechanism):
     overflow_hint = "raise epsilon={epsilon}: the noise overflowed"
     aliases = {"lam_u": "reg_u", "lam_v": "reg_v", "gamma": "lr", "k1": "pmf_epochs", "k2": "epochs"}   # Zhang et al.'s symbols
     applies = {"epochs": ("solver", ("gd",)), "v_init": ("solver", ("gd",))}   # the closed form takes no steps
+    symbols = {"epsilon": "$\\varepsilon$", "d": "$d$", "reg_u": "$\\lambda_u$", "reg_v": "$\\lambda_v$", "lr": "$\\gamma$",
+               "pmf_epochs": "$k_1$", "epochs": "$k_2$", "max_norm": "$\\lVert u_i\\rVert \\le 1$"}
 
     def _resolve_solver(self):
         "solver=None: 'closed' for fixed noise, 'gd' for fresh noise (the closed form has one eta)."
@@ -301,6 +303,8 @@ class PDPPMF(_PMFObjective):
     test_params = dict(d=3, pmf_epochs=5, epochs=3, solver="gd")
     overflow_hint = "raise epsilon_c={epsilon_c} (the threshold t follows the levels): the noise overflowed"
     aliases = {**_PMFObjective.aliases, "eps_c": "epsilon_c", "eps_m": "epsilon_m", "eps_l": "epsilon_l", "t": "threshold"}
+    symbols = {**{k: v for k, v in _PMFObjective.symbols.items() if k != "epsilon"}, "epsilon_c": "$\\varepsilon_c$",
+               "epsilon_m": "$\\varepsilon_m$", "epsilon_l": "$\\varepsilon_l$", "threshold": "$t$", "f_c": "$f_c$", "f_m": "$f_m$"}
 
     def __init__(self,
                  f_c: Float(0, 1) = 0.54,        # fraction of conservative ratings (eps ~ U[eps_c, eps_m))
@@ -396,6 +400,6 @@ def cross_validate(ratings: Ratings, make, k: int = 10, seed: int = 0) -> dict:
     from dpmf_lit.splits import kfold
     rmses, errors = [], []
     for train, test in kfold(ratings, check_int("k", k, 2), seed):
-        e = np.abs(test.rating - make().fit(train).predict(test.user, test.item)).astype(np.float64)
+        e = np.abs(test.rating - make().fit(train).predict_codes(test.user, test.item)).astype(np.float64)
         rmses.append(math.sqrt(float(np.mean(e * e)))); errors.append(e)
     return dict(rmse=np.array(rmses), errors=np.concatenate(errors))

@@ -261,6 +261,8 @@ class SGLD(Mechanism):
     overflow_hint = "lower lr={lr}"
     aliases = {"tau": "max_ratings", "lambda_r": "likelihood_precision", "lambda_b": "reg_bias"}   # Liu, Wang & Smola's symbols
     applies = {"table_size": ("noise", ("table",))}
+    symbols = {"epsilon": "$\\epsilon$", "max_ratings": "$\\tau$", "d": "$d$", "lr": "$\\tfrac{\\eta}{2}\\gamma\\lambda_r$",
+               "likelihood_precision": "$\\lambda_r$", "prior_std": "$\\sigma_p$", "reg_bias": "$\\lambda_b$", "mean": "$\\mu$"}
 
     def __init__(self,
                  epsilon: Positive = 1.0,         # per-user ε of one exact posterior sample (users of weight 1)

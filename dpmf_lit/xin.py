@@ -218,6 +218,7 @@ class XinPublicPrivate(Mechanism):
     test_params = dict(public=0.3, d=3, epochs=4, mode="pmc", n_private=40)
     overflow_hint = "raise reg={reg}"
     aliases = {"lam": "reg"}   # Xin & Jaakkola's λ′
+    symbols = {"d": "$d$", "reg": "$\\lambda'$", "epsilon": "$\\epsilon$", "epochs": "EM iterations"}
     applies = {"epsilon": ("mode", ("laplace", "sslp")), "sweeps": ("mode", ("pmd",)), "zeta": ("trace", ("weighted",))}
 
     def __init__(self,
