@@ -389,7 +389,7 @@ class HuaProtocol(Mechanism):
                  scenario: Int(2, 3) = 2,       # 2: static users; 3: users come and go
                  p_online: Float(0, 1, low_open=True) = 1.0,  # Scenario 3: probability that a user is online in an iteration
                  k: int | None = None,          # Scenario 3: raters per item that carry a noise share (None: all)
-                 scale_bits: Int(1) = 24,       # fixed-point scale 2^scale_bits of the encoding in Z_P
+                 scale_bits: Int(1, 61) = 24,   # fixed-point scale 2^scale_bits of the encoding in Z_P
                  modulus_bits: Int(2, 62) = 62, # P = 2^modulus_bits
                  encoding_bound: Positive = 1e6,  # declared bound on any encoded value or aggregate
                  sparse_items: Choice("error", "drop") = "error",  # items with < 2 raters (S3: < 2 online at set-up): 'error' or 'drop' (v_j = 0)
@@ -405,7 +405,10 @@ class HuaProtocol(Mechanism):
         if self.scenario == 2 and k is not None: raise ValueError(f"k={checks.show(k)} needs scenario=3 (in Scenario 2 every rater of an item carries a share)")
         pmf = self._pmf()   # validates the PMF options now, under our names
         self.pmf_solver, self.pmf_reg, self.threads = pmf.solver, pmf.reg, pmf.threads
-        self.codec = FixedPoint(scale=2.0 ** self.scale_bits, modulus=2 ** self.modulus_bits, bound=self.encoding_bound)  # refuses P too small
+        try: self.codec = FixedPoint(scale=2.0 ** self.scale_bits, modulus=2 ** self.modulus_bits, bound=self.encoding_bound)  # refuses P too small
+        except ValueError as e:
+            raise ValueError(f"encoding_bound={checks.show(self.encoding_bound)} with scale_bits={self.scale_bits} and modulus_bits="
+                             f"{self.modulus_bits}: {e}; lower encoding_bound or scale_bits, or raise modulus_bits") from None
 
 # %% ../nbs/04_hua_protocol.ipynb #c033f02c
 @patch

@@ -20,8 +20,8 @@ from .kernels import predict_kernel
 from .privacy import PrivacyReport
 
 # %% auto #0
-__all__ = ['VOCABULARY', 'MECHANISMS', 'ENTRY_POINT_GROUP', 'FittedModel', 'Factors', 'Mechanism', 'register_mechanism',
-           'mechanism_modules', 'mechanisms', 'get_mechanism', 'parameter_table', 'paper_names']
+__all__ = ['VOCABULARY', 'ITERATIONS', 'MAX_WORK', 'MECHANISMS', 'ENTRY_POINT_GROUP', 'FittedModel', 'Factors', 'Mechanism',
+           'register_mechanism', 'mechanism_modules', 'mechanisms', 'get_mechanism', 'parameter_table', 'paper_names']
 
 # %% ../nbs/01b_mechanism.ipynb #0d8b6aa4
 @dataclass(repr=False)
@@ -152,16 +152,20 @@ class _Declared(type):
     def __call__(cls, *args, **kwargs):
         if args: raise ValueError(f"{cls.__name__} takes its parameters by keyword only, e.g. {cls.__name__}"
                                   f"({', '.join(f'{k}=...' for k in cls.parameter_names()[:2])}); got {len(args)} positional: {show(args[0])}")
-        given = cls.canonical(kwargs)
+        given, typed = cls.canonical(kwargs), {cls.aliases.get(k, k): k for k in kwargs}   # parameter -> the name typed
         try:
             self = super().__call__(**given)
+            self._typed = typed
             _refuse_unused(self)
             return self
-        except ValueError as e:   # a check worded with the parameter's name: say it with the name the user typed
-            msg = str(e)
-            for alias, name in ((a, n) for a, n in cls.aliases.items() if a in kwargs):
-                msg = re.sub(rf"(?<![\w.]){re.escape(name)}=", f"{alias}=", msg)
-            raise ValueError(msg) from None
+        except ValueError as e: raise ValueError(_in_their_words(cls, str(e), typed)) from None
+
+def _in_their_words(cls, msg: str, typed: dict) -> str:
+    "`msg` with each parameter named as the user typed it: the paper's alias where they used it, the vocabulary's name where not."
+    for alias, name in cls.aliases.items():
+        a, b = (name, alias) if typed.get(name) == alias else (alias, name)
+        msg = re.sub(rf"(?<![\w.]){re.escape(a)}=", f"{b}=", msg)
+    return msg
 
 class Mechanism(metaclass=_Declared):
     "Base class: parameters declared in `__init__`; `fit(train)` does the shared work and calls the subclass's `_fit`."
@@ -292,14 +296,14 @@ def set_params(self: Mechanism, **params) -> Mechanism:
     return self
 
 # %% ../nbs/01b_mechanism.ipynb #efa11902
-_OVERFLOWED = re.compile(r"(?<![\w.])-?(inf|nan)\b|overflow", re.I)   # an error message that met an infinity or NaN
+_OVERFLOWED = re.compile(r"(?<![\w.])-?(inf|nan)\b|overflow|diverged|converge|singular", re.I)   # a message that met an infinity or NaN
 
 def _check_memory(mech: Mechanism, train: Ratings):
     need, avail = int(mech.memory_bytes(train)), available_memory()
     if avail is not None and need > avail:
         d = f" with d={show(mech.d)}" if hasattr(mech, "d") else ""
         raise ValueError(f"{mech.name}{d} on {train.n_users:,} users x {train.n_items:,} items needs about {_bytes(need)} "
-                         f"of memory, more than the {_bytes(avail)} available" + ("; lower d" if d else ""))
+                         f"of memory, more than the {_bytes(avail)} available" + (f"; {_extreme(mech)}" if _extreme(mech) else "; lower d" if d else ""))
 
 class _Shown(dict):
     "Parameters as a user would write them, for `overflow_hint`; a name the hint has and the fit has not shows as itself."
@@ -307,12 +311,43 @@ class _Shown(dict):
     def __missing__(self, k): return k
 
 def _extreme(mech: Mechanism) -> str:
-    "The hint for an overflow when a parameter given is itself extreme (below 1e-100 or above 1e100 in size): name it."
+    """An overflow's hint naming the parameter given farthest from its default (at least 4 orders of magnitude), unless
+    `overflow_hint` is about that one; "" when none is that far (the hint then applies)."""
+    defaults, far = {k: d for k, d, _ in mech.parameter_docs()}, {}
     for k in mech._given:
-        v = getattr(mech, k)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v != 0 and not 1e-100 <= abs(v) <= 1e100:
-            return f"{k}={show(v)} is extreme: bring it within a few orders of magnitude of its default"
-    return ""
+        v, ref = getattr(mech, k), defaults.get(k)
+        ref = ref if isinstance(ref, (int, float)) and not isinstance(ref, bool) and ref != 0 else 1.0
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v != 0 and math.isfinite(v):
+            far[k] = abs(math.log10(abs(v) / abs(ref)))
+    k = max(far, key=far.get, default=None)
+    if k is None or far[k] < 4: return ""
+    v, ref = getattr(mech, k), defaults.get(k)
+    way = "raise" if isinstance(ref, (int, float)) and abs(v) < abs(ref or 1.0) else "lower"
+    if f"{way} {k}={{{k}}}" in mech.overflow_hint: return ""   # the mechanism's own hint says it
+    return f"{getattr(mech, '_typed', {}).get(k, k)}={show(v)} is extreme: {way} it (default {show(ref)})"
+
+ITERATIONS = ("epochs", "pmf_epochs", "sweeps")   # the vocabulary's iteration counts
+MAX_WORK = 1e15   # rating-by-rank updates: about 12 days at 1e9 a second; a paper-scale run (Netflix, d=128, 100 epochs) is ~1e12
+
+@patch
+def work(self: Mechanism, train: Ratings) -> dict:
+    """{parameter: the multiply-adds it causes}, a rough estimate before the fit: each iteration count x ratings x d,
+    and d^3 per row and epoch of an ALS solve (`solver`/`pmf_solver` 'als'), credited to d. Subclasses add their own."""
+    d = max(1, int(getattr(self, "d", 1)))
+    out = {k: float(getattr(self, k)) * len(train) * d for k in ITERATIONS if isinstance(getattr(self, k, None), int)}
+    for solver, epochs in (("solver", "epochs"), ("pmf_solver", "pmf_epochs")):
+        if getattr(self, solver, None) == "als":
+            out["d"] = out.get("d", 0.0) + float(getattr(self, epochs, None) or 10) * (train.n_users + train.n_items) * float(d) ** 3
+    return out
+
+def _check_work(mech: Mechanism, train: Ratings):
+    "Refuse, before any work, a fit that would run for weeks, naming the parameter that causes most of it."
+    work = mech.work(train)
+    if work and sum(work.values()) > MAX_WORK:
+        k = max(work, key=work.get)
+        typed = getattr(mech, "_typed", {}).get(k, k)
+        raise ValueError(f"{typed}={show(getattr(mech, k))} on {len(train):,} ratings is about {sum(work.values()):.1e} "
+                         f"multiply-adds (more than {MAX_WORK:.0e}, weeks of computing): lower {typed}")
 
 def _check_data(train, valid):
     if not isinstance(train, Ratings): raise ValueError(f"train must be a Ratings object, got {type(train).__name__}")
@@ -337,24 +372,40 @@ def _rmse(model: "FittedModel", data: Ratings) -> float:
     return float(np.sqrt(np.mean(err * err)))
 
 # %% ../nbs/01b_mechanism.ipynb #4410ffb4
+def _hint(mech: Mechanism, p: dict) -> str:
+    return _extreme(mech) or mech.overflow_hint.format_map(_Shown(p)) or "check the parameters"
+
+def _run(mech: Mechanism, train: Ratings, progress: bool, extra: dict) -> Factors:
+    "`_fit`, with numpy's overflow warnings silenced (non-finite factors are refused after it) and an overflow or lack of memory made a ValueError that says what to change."
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return mech._fit(train, progress, **extra)
+    except (ValueError, OverflowError, FloatingPointError, RuntimeError) as e:   # an inner check that met an infinity
+        if not (isinstance(e, OverflowError) or _OVERFLOWED.search(str(e))): raise
+        raise ValueError(f"{mech.name}: the fit overflowed ({e}); {_hint(mech, mech.resolved_params())}") from None
+    except MemoryError as e:   # an array the estimate did not foresee (a count that sizes an array)
+        raise ValueError(f"{mech.name}: out of memory ({e}); {_extreme(mech) or 'lower d or an iteration count'}") from None
+
 @patch
 def fit(self: Mechanism, train: Ratings, valid: Ratings | None = None, *, progress: bool = False, **extra) -> FittedModel:
-    "Check the data and memory, run `_fit` (timed), check the factors are finite, build the `FittedModel` (with `valid`'s RMSE)."
+    "Check the data, memory and work, run `_fit` (timed), check the factors are finite, build the `FittedModel` (with `valid`'s RMSE)."
+    try: return _fit_model(self, train, valid, progress, extra)
+    except ValueError as e: raise ValueError(_in_their_words(type(self), str(e), getattr(self, "_typed", {}))) from None
+
+def _fit_model(self: Mechanism, train: Ratings, valid, progress: bool, extra: dict) -> FittedModel:
     _check_data(train, valid)
     _check_extra(self, extra)
     check_bool("progress", progress)
     _check_memory(self, train)
+    _check_work(self, train)
     if valid is not None and "valid" in inspect.signature(self._fit).parameters: extra["valid"] = valid   # RMSE after every epoch
-    hint = lambda p: _extreme(self) or self.overflow_hint.format_map(_Shown(p)) or "check the parameters"
     t0 = time.perf_counter()
-    try: out = self._fit(train, progress, **extra)
-    except (ValueError, OverflowError, FloatingPointError) as e:   # an inner check that met an infinity: say what to change
-        if not _OVERFLOWED.search(str(e)): raise
-        raise ValueError(f"{self.name}: the fit overflowed ({e}); {hint(self.resolved_params())}") from None
+    out = _run(self, train, progress, extra)
     seconds = time.perf_counter() - t0
     ran = {**self.resolved_params(), **out.params}
     bad = _nonfinite(out)
-    if bad: raise ValueError(f"{self.name}: the fit overflowed ({', '.join(bad)} not finite); {hint(ran)}")
+    if bad: raise ValueError(f"{self.name}: the fit overflowed ({', '.join(bad)} not finite); {_hint(self, ran)}")
     params = {k: v for k, v in ran.items() if not (k in self.applies and ran.get(self.applies[k][0]) not in self.applies[k][1])}
     privacy = out.privacy if isinstance(out.privacy, PrivacyReport) else out.privacy.report()
     f32 = lambda a: None if a is None else np.ascontiguousarray(a, np.float32)

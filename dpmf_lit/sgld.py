@@ -279,7 +279,7 @@ class SGLD(Mechanism):
                  bound_by: Choice("trim", "reweight") = "trim",    # how B is made to hold: \'trim\' to max_ratings ratings or 'reweight'
                  weights: Check(_user_weights) | None = None,     # per-user weights w_i in [0, 1] (None: all 1): ε_i = w_i·ε
                  noise: Choice("table", "fresh") = "table",       # Gaussian draws from a 'table' or 'fresh' (counter-based)
-                 table_size: int = 65_536,        # numbers in the Gaussian table (at least 2(d + 1))
+                 table_size: int | None = None,   # numbers in the Gaussian table, at least 2(d + 1) (None: 65,536 or 2(d + 1) if larger)
                  mean: Float() | None = None,     # public offset μ (None: the midpoint of the rating range)
                  reg_local: Positive = 5.0,       # ridge λ of each user's local fit of (u_i, b_i) given V, c
                  threads: Int(1) | None = None,   # threads to run (None: 1)
@@ -287,7 +287,7 @@ class SGLD(Mechanism):
                  layout: Choice("random", "user") = "user",  # order inside a block: 'user' (user visits) or 'random'
                  seed: Int(0) = 0):               # seed of trimming, start, table and noise
         "table_size, whose lower bound depends on d, is checked here; the rest by the base class."
-        self.table_size = check_int("table_size", table_size, 2 * (self.d + 1))
+        if table_size is not None: self.table_size = check_int("table_size", table_size, 2 * (self.d + 1))
 
 # %% ../nbs/07_sgld.ipynb #29a76655
 @patch
@@ -298,6 +298,7 @@ def resolved_params(self: SGLD, train: Ratings | None = None) -> dict:
     p["threads"] = min(1 if self.threads is None else self.threads, numba.config.NUMBA_NUM_THREADS)
     p["blocks"] = p["threads"] if self.blocks is None else self.blocks
     p["prior_std"] = (2 * self.d) ** -0.25 if self.prior_std is None else self.prior_std
+    p["table_size"] = max(65_536, 2 * (self.d + 1)) if self.table_size is None else self.table_size
     if train is not None:
         p["mu"] = 0.5 * (train.rating_min + train.rating_max) if self.mean is None else self.mean
         if not train.rating_min <= p["mu"] <= train.rating_max:
@@ -307,6 +308,7 @@ def resolved_params(self: SGLD, train: Ratings | None = None) -> dict:
         p["gamma"] = self.epsilon / p["K"]
         lam_max = max(p["prior_std"] ** -2, self.reg_bias)
         p["eta"] = min(2 * self.lr / (p["gamma"] * self.likelihood_precision), 1.0 / lam_max)
+        p["lr_capped"] = p["eta"] < 2 * self.lr / (p["gamma"] * self.likelihood_precision)   # η at its stability cap: a larger lr changes nothing
     return p
 
 # %% ../nbs/07_sgld.ipynb #263bf6bb
@@ -329,6 +331,13 @@ def _start(self: SGLD, train: Ratings, p: dict):
     b, c = (sb * g.standard_normal(train.n_users)).astype(np.float32), (sb * g.standard_normal(train.n_items)).astype(np.float32)
     return kept, blocks, U, V, b, c
 
+@patch
+def work(self: SGLD, train: Ratings) -> dict:
+    "The base estimate plus each user's local ridge fit, a (d+1) x (d+1) solve: d^3 per user, credited to d."
+    out = Mechanism.work(self, train)
+    out["d"] = out.get("d", 0.0) + train.n_users * float(self.d + 1) ** 3
+    return out
+
 # %% ../nbs/07_sgld.ipynb #56bd5a06
 @patch
 def _fit(self: SGLD, train: Ratings, progress: bool = False,
@@ -341,7 +350,7 @@ def _fit(self: SGLD, train: Ratings, progress: bool = False,
     kept, blocks, U, V, b, c = _start(self, train, p)
     counts, m_counts = np.bincount(kept.user, minlength=train.n_users), np.bincount(kept.item, minlength=train.n_items)
     lik_w = w * reweighting(counts, self.max_ratings) if self.bound_by == "reweight" else w
-    table = (gaussian_table(self.table_size, self.d, seed=int(self.rng(4).integers(2**31))) if self.noise == "table"
+    table = (gaussian_table(p["table_size"], self.d, seed=int(self.rng(4).integers(2**31))) if self.noise == "table"
              else np.zeros(0, np.float32))
     lam = p["prior_std"] ** -2
     lo, hi, kseed, t0, history = train.rating_min, train.rating_max, int(self.rng(5).integers(2**62)), time.perf_counter(), []
@@ -364,7 +373,7 @@ def _rmse(U, V, b, c, mu, r: Ratings) -> float:
     return rmse(r.rating, predict_kernel(r.user, r.item, U, V, b, c, float(mu), True, float(r.rating_min), float(r.rating_max)))
 
 def _public(p: dict) -> dict:
-    return {"mean": p["mu"], **{k: p[k] for k in ("B", "K", "gamma", "eta", "prior_std", "threads", "blocks")}}
+    return {"mean": p["mu"], **{k: p[k] for k in ("B", "K", "gamma", "eta", "lr_capped", "prior_std", "threads", "blocks")}}
 
 def local_user_fit(train: Ratings,  # each user's own ratings (all of them: the fit stays on the user's side)
                    V: np.ndarray,   # the released item factors (n_items, d)

@@ -96,6 +96,9 @@ def trace_weights(rows, users, n_items, zeta: float | None) -> tuple[np.ndarray,
     n_i = np.array([indptr[i + 1] - indptr[i] for i in users], np.float64); N = max(n_i.sum(), 1.0)
     c = np.zeros(n_items)
     for i in users: np.add.at(c, item[indptr[i]:indptr[i + 1]], 1.0)
+    if zeta == 0 and (c == 0).any():   # the unsmoothed norm divides by each item's marginal
+        raise ValueError(f"zeta=0: {int((c == 0).sum())} items have no rating from the public users, so their unsmoothed weight is 0 "
+                         "and the weighted trace norm divides by it; use zeta > 0 (e.g. 0.1) or more public users")
     return n * ((1 - zeta) * n_i / N + zeta / n), n_items * ((1 - zeta) * c / N + zeta / n_items)
 
 # %% ../nbs/08_public_private.ipynb #39fe6d11
@@ -205,8 +208,8 @@ def sslp_response(v: np.ndarray,            # (m,) the centred completed vector 
     vp = np.zeros(D); vp[:m] = np.clip(v, -B, B)
     vt = np.where(rng.random(D) < 0.5 + vp / (2 * B), 1.0, -1.0)
     s = np.where(rng.random(D) < 0.5, 1.0, -1.0); s *= np.sign(s.sum())
-    z = vt * s * (1.0 if rng.random() < math.exp(eps) / (math.exp(eps) + 1) else -1.0)
-    return (B * (math.exp(eps) + 1) / (math.exp(eps) - 1) / sslp_constant(D)) * z[:m]
+    z = vt * s * (1.0 if rng.random() < 1 / (1 + math.exp(-eps)) else -1.0)   # e^ε/(e^ε + 1), stable for any ε > 0
+    return (B / math.tanh(eps / 2) / sslp_constant(D)) * z[:m]                # (e^ε + 1)/(e^ε − 1) = 1/tanh(ε/2)
 
 # %% ../nbs/08_public_private.ipynb #bd9526dd
 MODES = ("local", "pmd", "pmc", "laplace", "sslp", "exact", "full-em")
