@@ -168,7 +168,7 @@ def test_non_private_baseline_has_no_noise_and_no_guarantee():
 def test_bad_input_is_named(kw, message):
     if message is None:                       # a denormal ε_i: refused by name, or a finite model; never NaN
         try: fit = GaussMF(n=2, J=2, **kw).fit(synthetic(50, 30, 500, seed=0))
-        except ValueError as e: assert "step_epsilon=1e-320" in str(e); return
+        except ValueError as e: assert "epsilon_i=1e-320 is extreme: raise it" in str(e); return
         assert np.isfinite(fit.U).all(); return
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(".", r"\.")):
         GaussMF(**kw)
