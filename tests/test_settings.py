@@ -107,6 +107,8 @@ def _build_wheel(dist: Path) -> Path:
     if r.returncode and ("Could not find a version" in r.stderr or "NewConnectionError" in r.stderr or "No matching distribution" in r.stderr):
         pytest.skip(f"cannot build a wheel here (setuptools>=77 neither installed nor downloadable): {r.stderr[-300:]}")
     assert r.returncode == 0, r.stderr
+    assert not (src / "build").exists(), "setuptools built in build/, the batch's output folder"
+    assert (src / ".setuptools-build").is_dir()
     (wheel,) = dist.glob("dpmf_lit-*.whl")
     return wheel
 
