@@ -119,7 +119,9 @@ def _cli_value(v) -> str:
 
 def _parameter_lines(cls, indent: str) -> list[str]:
     "One line per parameter of mechanism class `cls` (from `parameter_docs()`): name=default, then its doc."
-    return [f"{indent}{k + '=' + _cli_value(default):<24} {doc}".rstrip() for k, default, doc in cls.parameter_docs()]
+    alias = {n: a for a, n in getattr(cls, "aliases", {}).items()}   # the paper's name, also accepted
+    return [f"{indent}{k + '=' + _cli_value(default):<24} {doc}".rstrip() + (f" [also {alias[k]}=]" if k in alias else "")
+            for k, default, doc in cls.parameter_docs()]
 
 def _first_doc_line(cls) -> str: return next(iter((inspect.getdoc(cls) or "").splitlines()), "")
 
