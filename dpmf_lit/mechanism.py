@@ -303,7 +303,12 @@ def _check_memory(mech: Mechanism, train: Ratings):
     if avail is not None and need > avail:
         d = f" with d={show(mech.d)}" if hasattr(mech, "d") else ""
         raise ValueError(f"{mech.name}{d} on {train.n_users:,} users x {train.n_items:,} items needs about {_bytes(need)} "
-                         f"of memory, more than the {_bytes(avail)} available" + (f"; {_extreme(mech)}" if _extreme(mech) else "; lower d" if d else ""))
+                         f"of memory, more than the {_bytes(avail)} available" + _memory_hint(mech, d))
+
+def _memory_hint(mech: Mechanism, d: str) -> str:
+    "'; lower d' for a mechanism with a rank, unless another parameter given is the extreme one."
+    far = _extreme(mech)
+    return f"; {far}" if far and not (d and far.startswith("d=")) else "; lower d" if d else ""
 
 class _Shown(dict):
     "Parameters as a user would write them, for `overflow_hint`; a name the hint has and the fit has not shows as itself."
