@@ -161,9 +161,10 @@ class _Declared(type):
         except ValueError as e: raise ValueError(_in_their_words(cls, str(e), typed)) from None
 
 def _in_their_words(cls, msg: str, typed: dict) -> str:
-    "`msg` with each parameter named as the user typed it: the paper's alias where they used it, the vocabulary's name where not."
+    "`msg` in the user's words: the paper's names if they typed one of them, else the vocabulary's."
+    paper = any(typed.get(name) == alias for alias, name in cls.aliases.items())
     for alias, name in cls.aliases.items():
-        a, b = (name, alias) if typed.get(name) == alias else (alias, name)
+        a, b = (name, alias) if paper else (alias, name)
         msg = re.sub(rf"(?<![\w.]){re.escape(a)}=", f"{b}=", msg)
     return msg
 
