@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 
 # %% auto #0
-__all__ = ['Positive', 'Fraction', 'Bool', 'UserError', 'show', 'check_float', 'check_int', 'check_positive', 'check_fraction',
-           'check_bool', 'check_choice', 'check_seed', 'generator', 'check_unit_interval', 'Check', 'Int', 'Float',
-           'Choice', 'atomic_write_many', 'atomic_write']
+__all__ = ['INT64_MAX', 'Positive', 'Fraction', 'Bool', 'UserError', 'show', 'check_float', 'check_int', 'check_positive',
+           'check_fraction', 'check_bool', 'check_choice', 'check_seed', 'generator', 'check_unit_interval', 'Check',
+           'Int', 'Float', 'Choice', 'atomic_write_many', 'atomic_write']
 
 # %% ../nbs/00_checks.ipynb #78c95eb7
 class UserError(Exception):
@@ -46,10 +46,12 @@ def check_float(name: str, value, low: float | None = None, high: float | None =
     v = float(value)
     ok = math.isfinite(v) and (low is None or (v > low if low_open else v >= low)) \
          and (high is None or (v < high if high_open else v <= high))
-    if not ok: raise ValueError(f"{name}={show(value)} must be a finite number {bounds}")
+    if not ok: raise ValueError(f"{name}={show(value)} must be a finite number" + ("" if bounds == "finite" else f" {bounds}"))
     return v
 
 # %% ../nbs/00_checks.ipynb #bf576831
+INT64_MAX = 2**63 - 1   # what numpy and numba can hold
+
 def check_int(name: str, value, low: int | None = None, high: int | None = None, allow_none: bool = False) -> int | None:
     "`value` as an int, or a ValueError naming `name` unless it is an integer (not a bool, not 2.5) within [low, high]."
     if value is None and allow_none: return None
@@ -60,6 +62,7 @@ def check_int(name: str, value, low: int | None = None, high: int | None = None,
     elif isinstance(value, numbers.Real) and math.isfinite(float(value)) and float(value).is_integer(): v = int(value)
     else: raise ValueError(f"{name}={show(value)} must be {what}")
     if (low is not None and v < low) or (high is not None and v > high): raise ValueError(f"{name}={show(value)} must be {what}")
+    if abs(v) > INT64_MAX: raise ValueError(f"{name}={show(value)} must be {what} and at most {INT64_MAX} in size (a 64-bit integer)")
     return v
 
 # %% ../nbs/00_checks.ipynb #204fe9a3
@@ -97,8 +100,11 @@ def generator(seed) -> np.random.Generator:
 # %% ../nbs/00_checks.ipynb #c4e1a7d2
 def check_unit_interval(name: str, value, max_ndim: int | None = None) -> np.ndarray:
     "`value` (a number or an array: weights, probabilities) as a float64 array, or a ValueError naming `name` unless every entry is finite and in [0, 1] (and it has at most `max_ndim` axes)."
+    bools = isinstance(value, (bool, np.bool_)) or (isinstance(value, np.ndarray) and value.dtype == bool)
     try: w = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError): raise ValueError(f"{name}={show(value)} must be a number or an array of numbers in [0, 1]") from None
+    except (TypeError, ValueError): w = None
+    if w is None or bools or (isinstance(value, (list, tuple)) and any(isinstance(x, (bool, np.bool_)) for x in value)):
+        raise ValueError(f"{name}={show(value) if w is None or np.ndim(value) == 0 else '[...]'} must be a number or an array of numbers in [0, 1]")
     if max_ndim is not None and w.ndim > max_ndim:
         raise ValueError(f"{name} must be a number or an array of at most {max_ndim} axes in [0, 1]; got shape {w.shape}")
     bad = ~(np.isfinite(w) & (w >= 0) & (w <= 1))

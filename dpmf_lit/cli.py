@@ -6,9 +6,11 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/cli.html.md"""
 
 # %% ../nbs/93_cli.ipynb #5ce085c8
 from __future__ import annotations
-import argparse, inspect, json, sys, traceback
+import argparse, contextlib, inspect, json, shutil, sys, traceback
 from pathlib import Path
 from .checks import UserError, check_fraction
+from .formats import FORMATS
+from .ratings import _ON_DUPLICATE
 from .settings import PROFILES, load_settings
 from .experiment import known_datasets, load_ratings, parse_assignments, parse_dataset_spec, to_jsonable
 from .provenance import (committed_results, compare_records, format_comparison, format_status, load_manifest,
@@ -17,8 +19,9 @@ from .outputs import format_outputs_status, outputs_status, store_outputs
 from .reproduce import reproduce
 
 # %% auto #0
-__all__ = ['PATHS_HELP', 'USER_ERRORS', 'cmd_data_list', 'cmd_data_fetch', 'mechanism_help', 'fit_report', 'cmd_fit', 'cmd_bench',
-           'cmd_reproduce', 'build_parser', 'main']
+__all__ = ['PATHS_HELP', 'USER_ERRORS', 'cmd_data_list', 'cmd_data_fetch', 'mechanism_help', 'mechanism_parameters_help',
+           'numba_compile_seconds', 'fit_report', 'fit_summary', 'cmd_fit', 'cmd_bench', 'cmd_reproduce',
+           'build_parser', 'main']
 
 # %% ../nbs/93_cli.ipynb #597dacc7
 class _Parser(argparse.ArgumentParser):
@@ -50,6 +53,12 @@ def _global_options() -> argparse.ArgumentParser:
 
 def _settings(args):
     "Settings with the command line's overrides; `--figures-dir` also moves the results file into it."
+    given = getattr(args, "settings", None)
+    if given is not None and Path(given).is_dir():
+        raise IsADirectoryError(f"--settings {given!r} is a folder; name the settings file itself, e.g. {str(Path(given) / 'settings.ini')!r}")
+    for k in ("data_dir", "figures_dir", "build_dir"):
+        v = getattr(args, k, None)
+        if v is not None and Path(v).is_file(): raise NotADirectoryError(f"--{k.replace('_', '-')} {v!r} is a file, not a folder")
     overrides = {k: getattr(args, k, None) for k in ("data_dir", "figures_dir", "build_dir")}
     if overrides["figures_dir"] is not None: overrides["results_file"] = str(Path(overrides["figures_dir"]) / "results.json")
     return load_settings(getattr(args, "settings", None), **overrides)
@@ -62,29 +71,45 @@ def _dataset_rows(settings) -> list[dict]:
     for r in data.list_datasets(settings):
         src = settings.dataset(r.name)
         rows.append({"name": r.name, "n_ratings": src.n_ratings, "format": r.format, "auto_fetch": r.auto, "cached": r.present,
-                     "path": str(r.path), "source": src.urls[0] if src.urls else None, "license": r.license})
-    rows.append({"name": "synthetic", "n_ratings": None, "format": "generated", "auto_fetch": True, "cached": True,
+                     "sha256": src.sha256 or None, "path": str(r.path), "source": src.urls[0] if src.urls else None,
+                     "license": r.license})
+    rows.append({"name": "synthetic", "n_ratings": None, "format": "generated", "auto_fetch": True, "cached": True, "sha256": None,
                  "path": None, "source": "dpmf_lit.data.synthetic (dataset 'synthetic:n_users=..,n_items=..,n_ratings=..')",
                  "license": "-"})
     return rows
 
+def _table(rows: list[list[str]], right=()) -> str:
+    "`rows` (the first is the header) in columns as wide as their widest cell; the columns in `right` right-aligned."
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    fit = lambda c, v: v.rjust(widths[c]) if c in right else v.ljust(widths[c])
+    return "\n".join(" ".join(fit(c, v) for c, v in enumerate(r)).rstrip() for r in rows)
+
+# %% ../nbs/93_cli.ipynb #0c8f6106
 def cmd_data_list(args) -> int:
     rows = _dataset_rows(_settings(args))
     if args.json: print(json.dumps(rows, indent=1)); return 0
-    print(f"{'name':10} {'ratings':>12} {'cached':7} {'fetch':6} source")
+    cells = [["name", "ratings", "format", "cached", "fetch", "checksum", "source"]]
     for r in rows:
-        n = f"{r['n_ratings']:,}" if r["n_ratings"] else "any"
-        print(f"{r['name']:10} {n:>12} {'yes' if r['cached'] else 'no':7} {'auto' if r['auto_fetch'] else 'manual':6} {r['source']}")
+        checksum = "sha256" if r["sha256"] else ("-" if r["name"] == "synthetic" else "none")
+        cells.append([r["name"], f"{r['n_ratings']:,}" if r["n_ratings"] else "any", r["format"], "yes" if r["cached"] else "no",
+                      "auto" if r["auto_fetch"] else "manual", checksum, str(r["source"])])
+    print(_table(cells, right=(1,)))
     return 0
+
+# %% ../nbs/93_cli.ipynb #dff614c3
+def _verified(src) -> str:
+    "What loading checked against settings.ini: the checksum, or only the count, or nothing."
+    if src.sha256: return "count and checksum verified"
+    return "count verified, no checksum in settings.ini" if src.n_ratings is not None else "no checksum in settings.ini"
 
 def cmd_data_fetch(args) -> int:
     from dpmf_lit import data
     settings = _settings(args)
     if args.name == "synthetic": raise ValueError("dataset='synthetic' is generated on the fly; there is nothing to fetch")
-    settings.dataset(args.name)  # a clear error for an unknown name
+    src = settings.dataset(args.name)  # a clear error for an unknown name
     path = data.fetch_dataset(args.name, settings=settings, force=args.force, verbose=True)
     ratings = data.load_dataset(args.name, settings=settings, fetch=False)
-    print(f"{args.name}: {len(ratings):,} ratings, {ratings.n_users:,} users, {ratings.n_items:,} items, verified, in {path}")
+    print(f"{args.name}: {len(ratings):,} ratings, {ratings.n_users:,} users, {ratings.n_items:,} items, {_verified(src)}, in {path}")
     return 0
 
 # %% ../nbs/93_cli.ipynb #875d0d70
@@ -92,52 +117,134 @@ def _cli_value(v) -> str:
     "A default as it would be typed after --set."
     return "none" if v is None else ("true" if v is True else "false" if v is False else str(v))
 
+def _parameter_lines(cls, indent: str) -> list[str]:
+    "One line per parameter of mechanism class `cls` (from `parameter_docs()`): name=default, then its doc."
+    alias = {n: a for a, n in getattr(cls, "aliases", {}).items()}   # the paper's name, also accepted
+    return [f"{indent}{k + '=' + _cli_value(default):<24} {doc}".rstrip() + (f" [also {alias[k]}=]" if k in alias else "")
+            for k, default, doc in cls.parameter_docs()]
+
+def _first_doc_line(cls) -> str: return next(iter((inspect.getdoc(cls) or "").splitlines()), "")
+
 def mechanism_help() -> str:
     "Every discovered mechanism with its parameters, defaults and one-line docs (the end of `dpmf fit --help`)."
     from dpmf_lit.mechanism import mechanisms
     try: found = mechanisms()
     except Exception as e: return f"mechanisms: could not be listed ({type(e).__name__}: {e})"
-    lines = ["mechanisms (dpmf fit NAME) and their parameters (--set KEY=VALUE; the default shown):"]
+    lines = ["mechanisms (dpmf fit NAME) and their parameters (--set KEY=VALUE; the default shown);",
+             "'dpmf fit NAME --help' shows one mechanism's alone:"]
     for name, cls in found.items():
-        lines.append(f"  {name}: {(inspect.getdoc(cls) or '').splitlines()[0]}")
-        for k, default, doc in cls.parameter_docs():
-            lines.append(f"      {k + '=' + _cli_value(default):<24} {doc}".rstrip())
+        lines += [f"  {name}: {_first_doc_line(cls)}", *_parameter_lines(cls, "      ")]
     return "\n".join(lines)
 
+# %% ../nbs/93_cli.ipynb #6b6ae562
+def mechanism_parameters_help(name: str) -> str:
+    "`dpmf fit NAME --help`: the parameters of mechanism `name` alone, with defaults and one-line docs."
+    from dpmf_lit.mechanism import get_mechanism
+    cls = get_mechanism(name)                  # a ValueError listing the known names
+    return "\n".join([f"usage: dpmf fit {name} --dataset NAME|FILE [--set KEY=VALUE ...] [--json] [options]", "",
+                      f"{name}: {_first_doc_line(cls)}", "", "parameters (--set KEY=VALUE; the default shown):",
+                      *_parameter_lines(cls, "  "), "",
+                      "'dpmf fit --help' lists the options of dpmf fit (--dataset, --format, --on-duplicate,",
+                      "--test-fraction, --seed, --json, ...) and every mechanism."])
+
+class _FitHelp(argparse.Action):
+    "`-h/--help` of `dpmf fit`: after a mechanism name (`dpmf fit pmf --help`) its parameters alone, else the whole help."
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        name = getattr(namespace, "mechanism", None)
+        print(mechanism_parameters_help(name) if name else parser.format_help().rstrip("\n"))
+        parser.exit()
+
 # %% ../nbs/93_cli.ipynb #6e2644eb
+def _dataset_kind(dataset: str, settings, format: str | None = None, options: dict | None = None) -> str:
+    "How `fit_report` reads `dataset`: 'settings' (a name of settings.ini), 'file' or 'synthetic'; every argument checked, nothing read."
+    from dpmf_lit import data
+    options, spec = options or {}, dataset.strip() if isinstance(dataset, str) else dataset
+    if isinstance(spec, str) and spec.partition(":")[0].strip() != "synthetic" and spec not in settings.datasets \
+            and data.is_ratings_path(spec):
+        data.check_file(spec, format, **options); return "file"
+    name, _ = parse_dataset_spec(dataset)
+    if name != "synthetic" and name not in settings.datasets:
+        raise ValueError(f"dataset={name!r} is unknown; known: {known_datasets(settings)}, or the path of a ratings file")
+    if format is not None: raise ValueError(f"format={format!r} is for a ratings file given by its path, not dataset={dataset!r}")
+    if name == "synthetic" and options:
+        raise ValueError(f"{', '.join(f'{k}={v!r}' for k, v in options.items())}: a loader option, for a ratings file or a "
+                         f"data set of settings.ini, not for the generated dataset={dataset!r}")
+    return "synthetic" if name == "synthetic" else "settings"
+
+# %% ../nbs/93_cli.ipynb #b223994c
+@contextlib.contextmanager
+def numba_compile_seconds():
+    "`with numba_compile_seconds() as seconds:` ... `seconds()`: the time numba spent compiling in the block (cache loads excluded)."
+    from numba.core import event
+    timer = event.TimingListener()             # the outermost compilations only: a kernel compiling its callees counts once
+    with event.install_listener("numba:compile", timer): yield lambda: timer.duration if timer.done else 0.0
+
+# %% ../nbs/93_cli.ipynb #9fc5d7b5
 def fit_report(mechanism: str, dataset: str, params: dict | None = None, test_fraction: float = 0.2, seed: int = 0,
-               settings=None, progress: bool = False) -> dict:
-    "Fit `mechanism` on a random split of `dataset`; the dict `dpmf fit --json` prints."
+               settings=None, progress: bool = False, format: str | None = None, on_duplicate: str | None = None) -> dict:
+    "Fit `mechanism` on a random split of `dataset` (a settings.ini name, a ratings file or `synthetic:...`); the dict `dpmf fit --json` prints."
     from dpmf_lit import data, mf
     from dpmf_lit.mechanism import get_mechanism
     test_fraction = check_fraction("test_fraction", test_fraction)
-    params = dict(params or {})
+    params, options = dict(params or {}), ({} if on_duplicate is None else {"on_duplicate": on_duplicate})
     cls = get_mechanism(mechanism)
     if "seed" in cls.parameter_names() and "seed" not in params: params["seed"] = seed
-    name, _ = parse_dataset_spec(dataset)
     settings = settings or load_settings()
-    if name != "synthetic" and name not in settings.datasets:
-        raise ValueError(f"dataset={name!r} is unknown; known: {known_datasets(settings)}")
+    kind = _dataset_kind(dataset, settings, format, options)
     model = cls(**params)                      # names an unknown parameter or a bad value, before any data is loaded
-    ratings = load_ratings(dataset, settings=settings)
+    if kind == "file": ratings = data.load_file(dataset.strip(), format, **options)
+    elif kind == "settings": ratings = data.load_dataset(dataset.strip(), settings=settings, **options)
+    else: ratings = load_ratings(dataset, settings=settings)
     train, test = data.random_split(ratings, test_fraction=test_fraction, seed=seed)
-    fitted = model.fit(train, progress=progress)
+    with numba_compile_seconds() as compiling: fitted = model.fit(train, progress=progress)
     metrics = mf.evaluate(fitted, test)
     return to_jsonable({"mechanism": mechanism, "dataset": ratings.name, "parameters": fitted.params, "test_fraction": test_fraction,
                         "seed": seed, "n_train": len(train), "n_test": len(test), **metrics,
-                        "rmse": float(metrics["rmse"]), "mae": float(metrics["mae"]),
-                        "fit_seconds": float(fitted.fit_seconds), "privacy": fitted.privacy.to_dict()})
+                        "rmse": float(metrics["rmse"]), "mae": float(metrics["mae"]), "fit_seconds": float(fitted.fit_seconds),
+                        "compile_seconds": float(compiling()), "privacy": fitted.privacy.to_dict()})
 
+# %% ../nbs/93_cli.ipynb #862e28cb
+def _cut(text: str, width: int, tail: str = "...") -> str:
+    "`text`, or its start, cut after a word, and `tail` within `width` characters."
+    if len(text) <= width: return text
+    start = text[:max(width - len(tail) + 1, 0)]
+    return (start.rsplit(" ", 1)[0] if " " in start else start[:-1]).rstrip(" ,;") + tail
+
+def _middle(text: str, width: int) -> str:
+    "`text`, or its start and its end around '...' within `width` characters."
+    return text if len(text) <= width else text[:(width - 3) // 2] + "..." + text[len(text) - (width - 3 - (width - 3) // 2):]
+
+def _privacy_line(p: dict, width: int) -> str:
+    "The privacy report in `width` characters: its guarantee, what was released, and as much of its scope as reads well."
+    released = f"released {', '.join(p['released']) or 'nothing'}"
+    if p["epsilon"] is None and p["method"] == "non-private": return f"privacy: non-private, {released}"
+    if p["epsilon"] is None: g, scope = "no differential-privacy guarantee", f"{p['method']}; {p.get('scope') or ''}"
+    else: g, scope = f"({p['epsilon']:g}, {p['delta'] or 0:g})-DP per {p['unit']}", p.get("scope") or ""
+    base, scope = f"privacy: {g}, {released}; scope: ", scope.strip().rstrip(".; ")
+    if len(base + scope) <= width: return base + scope
+    if width - len(base) - len("... (--json)") >= 12: return _cut(base + scope, width, "... (--json)")
+    return _cut(base + "see --json", width)
+
+# %% ../nbs/93_cli.ipynb #e47086e8
+def fit_summary(rep: dict, width: int | None = None) -> str:
+    "The two lines `dpmf fit` prints, each at most `width` characters (default: the terminal's); the rest is in --json."
+    width = width or max(60, min(shutil.get_terminal_size((80, 24)).columns, 160))
+    head, core = f"{rep['mechanism']} on ", f": test RMSE {rep['rmse']:.4f}, MAE {rep['mae']:.4f}, fit {rep['fit_seconds']:.2f} s"
+    slow = rep.get("compile_seconds") or 0.0
+    extra = f" ({slow:.2f} s compiling)" if slow >= 0.01 else ""
+    if width - len(head) - len(core) - len(extra) < min(len(rep["dataset"]), 20): extra = ""    # the data set's name first
+    label = _middle(rep["dataset"], max(width - len(head) - len(core) - len(extra), 12))
+    return f"{head}{label}{core}{extra}\n" + _privacy_line(rep["privacy"], width)
+
+# %% ../nbs/93_cli.ipynb #c9079ca4
 def cmd_fit(args) -> int:
     params = parse_assignments(args.set or [])
     rep = fit_report(args.mechanism, args.dataset, params, args.test_fraction, args.seed, settings=_settings(args),
-                     progress=(not args.json) and sys.stderr.isatty())
-    if args.json: print(json.dumps(rep)); return 0
-    print(f"{rep['mechanism']} on {rep['dataset']}: {rep['n_train']:,} train / {rep['n_test']:,} test ratings "
-          f"(test fraction {rep['test_fraction']}, seed {rep['seed']})")
-    print(f"  parameters  {', '.join(f'{k}={_cli_value(v)}' for k, v in rep['parameters'].items())}")
-    print(f"  test RMSE   {rep['rmse']:.4f}\n  test MAE    {rep['mae']:.4f}\n  fit time    {rep['fit_seconds']:.2f} s")
-    print(f"  privacy     {rep['privacy']['summary']}")
+                     progress=sys.stderr.isatty(), format=args.format, on_duplicate=args.on_duplicate)
+    print(json.dumps(rep) if args.json else fit_summary(rep))
     return 0
 
 # %% ../nbs/93_cli.ipynb #42c45334
@@ -233,23 +340,29 @@ def _data_parsers(sub, common, fmt):
 # %% ../nbs/93_cli.ipynb #25833f15
 def _fit_parser(sub, common, fmt):
     "`dpmf fit`, whose help ends with every mechanism and its parameters."
-    fit = sub.add_parser("fit", parents=[common], formatter_class=fmt, help="fit a mechanism and report its test error",
+    fit = sub.add_parser("fit", parents=[common], formatter_class=fmt, add_help=False, help="fit a mechanism and report its test error",
                          description="Fit a registered mechanism (e.g. 'pmf') on a random train/test split of a data set "
                                      "and report test RMSE, MAE, fit time and the privacy report. The mechanisms "
                                      "and their parameters are listed at the end.",
-                         epilog="examples:\n  dpmf fit pmf --dataset ml-100k --json\n"
+                         epilog="examples:\n  dpmf fit pmf --dataset ml-100k --json\n  dpmf fit pmf --help\n"
+                                "  dpmf fit pmf --dataset path/to/ratings.csv --on-duplicate last\n"
                                 "  dpmf fit pmf --dataset ml-100k --set d=32 --set epochs=40 --set solver=als\n"
                                 "  dpmf fit pmf --dataset synthetic:n_users=2000,n_items=1000,n_ratings=100000")
+    fit.add_argument("-h", "--help", action=_FitHelp, help="show this help (after MECHANISM: that mechanism's parameters alone)")
     fit.add_argument("mechanism", metavar="MECHANISM", help="a registered mechanism name, e.g. pmf (all are listed below)")
-    fit.add_argument("--dataset", required=True, metavar="NAME",
-                     help="a data set of settings.ini (e.g. ml-100k) or 'synthetic[:key=value,...]' with options of "
-                          "dpmf_lit.data.synthetic")
+    fit.add_argument("--dataset", required=True, metavar="NAME|FILE",
+                     help="a data set of settings.ini (e.g. ml-100k), 'synthetic[:key=value,...]' with options of "
+                          "dpmf_lit.data.synthetic, or the path of a ratings file of a published format")
+    fit.add_argument("--format", choices=FORMATS, default=None, metavar="FORMAT",
+                     help=f"the format of a ratings file (default: from its extension and header line): {', '.join(FORMATS)}")
+    fit.add_argument("--on-duplicate", choices=_ON_DUPLICATE, default=None,
+                     help="a repeated (user, item) pair in the data: error (default), or keep the first or the last rating")
     fit.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                      help="a mechanism parameter (repeatable); values are typed: true/false, none, ints, floats, strings")
     fit.add_argument("--test-fraction", type=float, default=0.2, metavar="F", help="fraction of ratings held out (default: 0.2)")
     fit.add_argument("--seed", type=int, default=0, help="seed of the split and (unless --set seed=...) the mechanism (default: 0)")
     fit.add_argument("--json", action="store_true",
-                     help="print one JSON object: rmse, mae, fit_seconds, n_train, n_test, privacy, parameters, ...")
+                     help="print one JSON object: rmse, mae, fit_seconds, compile_seconds, n_train, n_test, privacy, parameters, ...")
     fit.set_defaults(func=cmd_fit)
     fit.help_tail = mechanism_help
 
@@ -335,3 +448,7 @@ def main(argv=None) -> int:
         print(f"dpmf: internal error: {type(e).__name__}: {e}", file=sys.stderr)
         if not debug: print("dpmf: this is a bug; rerun with --debug to see the traceback", file=sys.stderr)
         return 1
+
+# %% ../nbs/93_cli.ipynb #7b3cf210
+if __name__ == "__main__" and getattr(globals().get("__spec__"), "name", None) == "dpmf_lit.cli":   # python -m dpmf_lit.cli
+    sys.exit(main())

@@ -10,7 +10,8 @@ __all__ = ['Ratings', 'ratings_sha256', 'reindex', 'filter_counts', 'netflix_sub
            'ML100K_FORMAT', 'ML_DAT_FORMAT', 'ML_CSV_FORMAT', 'YAHOO_R1_FORMAT', 'YAHOO_R3_FORMAT', 'ANIME_FORMAT',
            'FORMATS', 'load_movielens_100k', 'load_movielens_dat', 'load_movielens_csv', 'read_netflix', 'load_netflix',
            'load_yahoo_r1', 'load_yahoo_r3', 'load_anime', 'fetch_dataset', 'dataset_paths', 'load_dataset',
-           'DatasetRow', 'list_datasets', 'synthetic', 'synthetic_memory', 'available_memory', 'normal_table']
+           'RATINGS_EXTENSIONS', 'is_ratings_path', 'check_file', 'load_file', 'DatasetRow', 'list_datasets',
+           'synthetic', 'synthetic_memory', 'available_memory', 'normal_table']
 
 # %% ../nbs/00_data.ipynb #726d3b6e
 from .ratings import Ratings, ratings_sha256
@@ -20,7 +21,9 @@ from .formats import (
     ID_RANGE, TableFormat, RawRatings, read_table, ML100K_FORMAT, ML_DAT_FORMAT, ML_CSV_FORMAT, YAHOO_R1_FORMAT,
     YAHOO_R3_FORMAT, ANIME_FORMAT, FORMATS, load_movielens_100k, load_movielens_dat, load_movielens_csv, read_netflix,
     load_netflix, load_yahoo_r1, load_yahoo_r3, load_anime)
-from .datasets import fetch_dataset, dataset_paths, load_dataset, DatasetRow, list_datasets
+from dpmf_lit.datasets import (
+    fetch_dataset, dataset_paths, load_dataset, RATINGS_EXTENSIONS, is_ratings_path, check_file, load_file, DatasetRow,
+    list_datasets)
 from .synthetic import synthetic, synthetic_memory, available_memory, normal_table
 
 _all_ = [                                       # the names above are this module's public names
@@ -29,5 +32,5 @@ _all_ = [                                       # the names above are this modul
     "read_table", "ML100K_FORMAT", "ML_DAT_FORMAT", "ML_CSV_FORMAT", "YAHOO_R1_FORMAT", "YAHOO_R3_FORMAT",
     "ANIME_FORMAT", "FORMATS", "load_movielens_100k", "load_movielens_dat", "load_movielens_csv",
     "read_netflix", "load_netflix", "load_yahoo_r1", "load_yahoo_r3", "load_anime", "fetch_dataset",
-    "dataset_paths", "load_dataset", "DatasetRow", "list_datasets", "synthetic", "synthetic_memory",
+    "dataset_paths", "load_dataset", "RATINGS_EXTENSIONS", "is_ratings_path", "check_file", "load_file", "DatasetRow", "list_datasets", "synthetic", "synthetic_memory",
     "available_memory", "normal_table"]

@@ -11,13 +11,15 @@ from pathlib import Path
 from typing import NamedTuple
 import numpy as np
 import pandas as pd
-from .checks import UserError, atomic_write, check_bool, check_positive
-from .formats import FORMATS, _FINISHERS, _READERS, _check_options, _read_raw, _where_to_get
+from .checks import UserError, atomic_write, check_bool, check_choice, check_positive
+from .formats import (ANIME_FORMAT, FORMATS, ML_CSV_FORMAT, _FINISHERS, _READERS, _check_options, _read_raw,
+                              _where_to_get)
 from .ratings import Ratings, _sha256_arrays
 from .settings import Settings, load_settings
 
 # %% auto #0
-__all__ = ['fetch_dataset', 'dataset_paths', 'load_dataset', 'DatasetRow', 'list_datasets']
+__all__ = ['RATINGS_EXTENSIONS', 'fetch_dataset', 'dataset_paths', 'load_dataset', 'is_ratings_path', 'check_file', 'load_file',
+           'DatasetRow', 'list_datasets']
 
 # %% ../nbs/00d_datasets.ipynb #a0a5b1c8
 def _pip_reason(text: str) -> str:
@@ -97,6 +99,8 @@ def fetch_dataset(name: str,                       # a data set of settings.ini
     s = settings or load_settings()
     src = s.dataset(name)
     target = s.data_dir / name / src.files[0]
+    if target.is_dir(): raise IsADirectoryError(f"{name}: {str(target)!r} is a folder where its ratings file belongs; "
+                                                "move it away and run again")
     say = (lambda *a: print(*a, file=sys.stderr)) if verbose else (lambda *a: None)
     if not src.auto:                                                # placed by hand; load_dataset verifies it
         if all(p.exists() for p in dataset_paths(name, s)): return target
@@ -122,6 +126,13 @@ def fetch_dataset(name: str,                       # a data set of settings.ini
     raise UserError(f"could not fetch {name}; every source failed:\n" + "\n".join(errors) + "\n" + _by_hand(name, s, src))
 
 # %% ../nbs/00d_datasets.ipynb #d5413beb
+def _loader_options(fmt: str, options: dict, what: str) -> dict:
+    "`options`, checked against the loader options of format `fmt` (`what` names the data in the message)."
+    allowed = set(inspect.signature(_FINISHERS[fmt]).parameters) - {"raw", "name"}
+    if set(options) - allowed: raise ValueError(f"{what} takes options {sorted(allowed)}, not {sorted(set(options) - allowed)}")
+    _check_options(**options)
+    return options
+
 def dataset_paths(name: str, settings: Settings | None = None) -> list[Path]:
     "The files data set `name` is read from (the settings.ini `files`, or Netflix's training_set/ folder)."
     s = settings or load_settings()
@@ -143,9 +154,7 @@ def load_dataset(name: str,                        # a data set of settings.ini
     s = settings or load_settings()
     src = s.dataset(name)
     if src.format not in _READERS: raise ValueError(f"dataset {name!r} has format={src.format!r}; known formats: {FORMATS}")
-    allowed = set(inspect.signature(_FINISHERS[src.format]).parameters) - {"raw", "name"}
-    if set(options) - allowed: raise ValueError(f"dataset {name!r} takes options {sorted(allowed)}, not {sorted(set(options) - allowed)}")
-    _check_options(**options)
+    _loader_options(src.format, options, f"dataset {name!r}")
     paths = dataset_paths(name, s)
     missing = [p for p in paths if not p.exists()]
     if missing:
@@ -158,6 +167,52 @@ def load_dataset(name: str,                        # a data set of settings.ini
     raw = _read_raw(src.format, paths, name)
     if verify: _verify_raw(name, src, raw.user, raw.item, raw.rating)
     return _FINISHERS[src.format](raw, name, **options)
+
+# %% ../nbs/00d_datasets.ipynb #f3791a32
+RATINGS_EXTENSIONS = {".tsv": ("movielens-100k",), ".data": ("movielens-100k",), ".dat": ("movielens-dat",),
+                      ".csv": ("movielens-csv", "anime-csv"), ".txt": ("netflix-combined", "yahoo-r1", "yahoo-r3")}
+_HEADERS = {"movielens-csv": ML_CSV_FORMAT.header, "anime-csv": ANIME_FORMAT.header}
+
+def is_ratings_path(spec) -> bool:
+    "Whether `spec` names a file rather than a data set: it exists, holds a path separator or ends with a ratings extension."
+    s = str(spec)
+    return "/" in s or os.sep in s or Path(s).suffix.lower() in RATINGS_EXTENSIONS or Path(s).exists()
+
+def _first_line(path: Path) -> str:
+    with open(path, "rb") as f: return f.readline(4096).decode("utf-8", "replace").lstrip("\ufeff").strip()
+
+def _guess_format(p: Path) -> str:
+    "The one format the extension of `p` (and, where it names several, its first line) allows; a ValueError otherwise."
+    found, first = RATINGS_EXTENSIONS.get(p.suffix.lower(), ()), None
+    if len(found) > 1:
+        first = _first_line(p)
+        if p.suffix.lower() == ".csv": found = tuple(f for f in found if _HEADERS[f].lower() == first.lower()) or found
+        elif first.endswith(":"): found = ("netflix-combined",)
+    if len(found) == 1: return found[0]
+    why = (f"a {p.suffix} file may be any of {list(found)} and its first line {first[:60]!r} does not tell which" if found
+           else f"its extension {p.suffix or '(none)'!r} names no format")
+    raise ValueError(f"dataset={str(p)!r}: {why}; name it with format= (on the command line --format), one of {list(FORMATS)}")
+
+# %% ../nbs/00d_datasets.ipynb #8e5bfb8a
+def check_file(path,                      # a ratings file (a training_set folder for the Netflix formats)
+               format: str | None = None, # one of FORMATS; default: from the extension (and the header line)
+               **options,                 # loader options of that format, e.g. on_duplicate='first'
+               ) -> str:
+    "The format `load_file` reads `path` with, every argument checked and nothing parsed."
+    p = Path(path)
+    if format is not None: check_choice("format", format, FORMATS)
+    if not p.exists(): raise FileNotFoundError(f"dataset={str(path)!r}: no such file")
+    if p.is_dir() and not (format or "").startswith("netflix"):
+        raise IsADirectoryError(f"dataset={str(path)!r} is a folder, not a ratings file (only format='netflix-training-set' reads a folder)")
+    fmt = format or _guess_format(p)
+    _loader_options(fmt, options, f"format {fmt!r}")
+    return fmt
+
+def load_file(path, format: str | None = None, name: str | None = None, **options) -> Ratings:
+    "`Ratings` from a file of one of the published formats (`check_file`); `name` defaults to the path as given."
+    fmt = check_file(path, format, **options)
+    name = str(path) if name is None else name
+    return _FINISHERS[fmt](_read_raw(fmt, [Path(path)], name), name, **options)
 
 # %% ../nbs/00d_datasets.ipynb #b9fa6587
 class DatasetRow(NamedTuple):
@@ -174,6 +229,7 @@ def list_datasets(settings: Settings | None = None) -> list[DatasetRow]:
     rows = []
     for name, src in s.datasets.items():
         paths = dataset_paths(name, s)
-        rows.append(DatasetRow(name, src.format, all(p.exists() for p in paths), src.auto,
+        present = all(p.is_file() or (p.name == "training_set" and p.is_dir()) for p in paths)   # not a folder in a file's place
+        rows.append(DatasetRow(name, src.format, present, src.auto,
                                paths[0] if len(paths) == 1 else s.data_dir / name, src.license))
     return rows

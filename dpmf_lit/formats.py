@@ -37,6 +37,7 @@ def _where_to_get(dataset: str | None, settings: Settings | None = None, fetch_h
 def _require_file(path, dataset: str | None) -> Path:
     p = Path(path)
     if not p.exists(): raise FileNotFoundError(f"{dataset or 'data'} file {str(p)!r} does not exist. {_where_to_get(dataset)}")
+    if p.is_dir(): raise IsADirectoryError(f"{dataset or 'data'} file {str(p)!r} is a folder, not a ratings file. {_where_to_get(dataset)}")
     return p
 
 # %% ../nbs/00c_formats.ipynb #a2924694

@@ -141,43 +141,45 @@ VARIANTS, CLIPS, ACCOUNTING = ("paper", "both"), ("gradient", "profiles"), ("tig
 @register_mechanism("gauss")
 class GaussMF(Mechanism):
     "Mugdho & Imtiaz: alternating gradient descent with Gaussian noise on the user-profile gradient (Algorithm 1); releases Θ."
-    test_params = dict(n=3, J=5)
-    overflow_hint = "lower mu={mu} (sum gradients of rows with many ratings make large steps diverge) or set normalize=True"
+    test_params = dict(d=3, epochs=5)
+    overflow_hint = "lower lr={lr} (sum gradients of rows with many ratings make large steps diverge) or set normalize=True"
+    aliases = {"epsilon_i": "step_epsilon", "delta_r": "delta", "C": "max_norm", "n": "d", "mu": "lr", "J": "epochs",
+               "lam": "reg", "tau": "rating_range"}   # Mugdho & Imtiaz's symbols (their δ of a step is step_delta)
+    applies = {k: ("private", (True,)) for k in ("step_epsilon", "step_delta", "delta", "accounting")}
+    symbols = {"step_epsilon": "$\\epsilon_i$", "step_delta": "$\\delta$", "delta": "$\\delta_r$", "max_norm": "$C$", "d": "$n$",
+               "lr": "$\\mu$", "epochs": "$J$", "reg": "$\\lambda$", "rating_range": "$\\tau$"}
 
     def __init__(self,
-                 epsilon_i: Fraction = 0.4,          # ε_i of each step's Gaussian mechanism, in (0, 1)
-                 delta: Fraction = 0.01,             # δ of each step, in (0, 1)
-                 delta_r: Fraction = 1e-5,           # target δ_r of the overall guarantee, in (0, 1)
-                 C: Positive = 1.0,                  # clip norm of the profile rows inside the gradients
-                 n: Int(1) = 20,                     # dimension of the profile vectors
-                 mu: Positive = 0.0005,              # step size μ
-                 J: Int(1) = 300,                    # iterations ("until converged" in the paper; the cap when tol is set)
-                 lam: Float(0) = 0.01,               # λ of Eq. 3 (the paper gives no value)
-                 tau: Positive | None = None,        # τ, the bound on |v' - v| (None: r_max - r_min of the data)
+                 step_epsilon: Fraction = 0.4,       # ε_i of each step's Gaussian mechanism, in (0, 1)
+                 step_delta: Fraction = 0.01,        # δ of each step, in (0, 1)
+                 delta: Fraction = 1e-5,             # δ_r: the δ of the overall guarantee, in (0, 1)
+                 max_norm: Positive = 1.0,           # C: clip norm of the profile rows inside the gradients
+                 d: Int(1) = 20,                     # n: dimension of the profile vectors
+                 lr: Positive = 0.0005,              # step size μ
+                 epochs: Int(1) = 300,               # J: iterations ("until converged" in the paper; the cap when tol is set)
+                 reg: Float(0) = 0.01,               # λ of Eq. 3 (the paper gives no value)
+                 rating_range: Positive | None = None,  # τ, the bound on |v' - v| (None: r_max - r_min of the data)
                  variant: Choice(*VARIANTS) = "paper",      # 'paper' (noise on ∇Θ, X kept) or 'both' (noise on ∇X and ∇Θ, both released)
                  clip: Choice(*CLIPS) = "gradient",         # 'gradient' (rows clipped inside the gradients) or 'profiles' (also project X, Θ)
                  normalize: Bool = False,            # divide each row's gradient by its number of ratings (mean, not sum)
-                 tol: Positive | None = None,        # stop once the training RMSE improves by less than tol (None: run all J)
+                 tol: Positive | None = None,        # stop once the training RMSE improves by less than tol (None: run all epochs)
                  accounting: Choice(*ACCOUNTING) = "tight",  # headline ε: 'tight' (exact composition), 'rdp' (dp_accounting) or 'closed_form'
                  private: Bool = True,               # False: the non-private baseline (same iterations, no noise, no guarantee)
                  seed: Int(0) = 0):                  # initialisation: stream [seed, 0]; noise: stream [seed, 1]
         "Nothing to add: the base class checks and stores each parameter."
 
-    @property
-    def d(self) -> int: return self.n   # the base class's name for the rank
-
 # %% ../nbs/06_gaussian_mf.ipynb #505cabd8
 @patch
 def tau_for(self: GaussMF, train: Ratings) -> float:
     "τ: the parameter, or the data's rating range r_max - r_min."
-    return self.tau if self.tau is not None else float(train.rating_max) - float(train.rating_min)
+    return self.rating_range if self.rating_range is not None else float(train.rating_max) - float(train.rating_min)
 
 @patch
 def init_profiles(self: GaussMF, train: Ratings):
     "X, Θ with N(0, 1) entries and unit rows (Algorithm 1, line 1), float32, from stream [seed, 0]."
     g = self.rng(0)
-    X = g.standard_normal((train.n_items, self.n)).astype(np.float32)
-    T = g.standard_normal((train.n_users, self.n)).astype(np.float32)
+    X = g.standard_normal((train.n_items, self.d)).astype(np.float32)
+    T = g.standard_normal((train.n_users, self.d)).astype(np.float32)
     for A in (X, T): A /= np.linalg.norm(A, axis=1, keepdims=True)
     return X, T
 
@@ -193,8 +195,8 @@ def row_scales(self: GaussMF, train: Ratings):
 def report(self: GaussMF, J_run: int, tau: float) -> PrivacyReport:
     "The privacy report after `J_run` iterations: all three ε in the notes, the `accounting` one as headline."
     per_step = 2 if self.variant == "both" else 1
-    eps = gauss_epsilons(J_run, self.epsilon_i, self.delta, self.delta_r, per_step)
-    sigma = gauss_sigma(self.epsilon_i, self.delta, tau, self.C)
+    eps = gauss_epsilons(J_run, self.step_epsilon, self.step_delta, self.delta, per_step)
+    sigma = gauss_sigma(self.step_epsilon, self.step_delta, tau, self.max_norm)
     how = {"tight": "exact composition of Gaussian mechanisms (GDP; equals dp_accounting's PLD)",
            "rdp": "dp_accounting RDP accountant", "closed_form": "Mugdho & Imtiaz closed form (Thm 2, Eq. 9)"}[self.accounting]
     if self.variant == "paper":
@@ -207,35 +209,35 @@ def report(self: GaussMF, J_run: int, tau: float) -> PrivacyReport:
                  "the rating pattern is public; a user's several ratings only by group privacy; the training-RMSE history "
                  "and a tol stopping rule read the raw ratings and are not covered")
     notes = (f"neighbouring=replace (one rating's value, |v'-v| <= tau={tau:g}); sigma={sigma:.4g} = tau*C/eps_i*sqrt(2 ln(1.25/delta)); "
-             f"{J_run} iterations x {per_step} Gaussian release(s) of noise multiplier z={classic_noise_multiplier(self.epsilon_i, self.delta):.4g}; "
-             f"epsilon at delta_r={self.delta_r:g}: closed form {eps['closed_form']:.4f}, RDP {eps['rdp']:.4f}, tight {eps['tight']:.4f}")
+             f"{J_run} iterations x {per_step} Gaussian release(s) of noise multiplier z={classic_noise_multiplier(self.step_epsilon, self.step_delta):.4g}; "
+             f"epsilon at delta_r={self.delta:g}: closed form {eps['closed_form']:.4f}, RDP {eps['rdp']:.4f}, tight {eps['tight']:.4f}")
     return PrivacyReport(released=("U",) if self.variant == "paper" else ("U", "V"), unit="rating", epsilon=eps[self.accounting],
-                         delta=self.delta_r, method=f"{how}; variant={self.variant}", notes=notes, scope=scope)
+                         delta=self.delta, method=f"{how}; variant={self.variant}", notes=notes, scope=scope)
 
 # %% ../nbs/06_gaussian_mf.ipynb #5a24bf17
 @patch
-def _fit(self: GaussMF, train: Ratings, progress: bool = False, test: Ratings | None = None) -> Factors:
-    "Run Algorithm 1 for J iterations (or until the tol rule stops it); `test` adds held-out RMSE to the history."
-    tau = self.tau_for(train); sigma = gauss_sigma(self.epsilon_i, self.delta, tau, self.C)
+def _fit(self: GaussMF, train: Ratings, progress: bool = False, valid: Ratings | None = None) -> Factors:
+    "Run Algorithm 1 for J iterations (or until the tol rule stops it); `valid` adds its RMSE to the history."
+    tau = self.tau_for(train); sigma = gauss_sigma(self.step_epsilon, self.step_delta, tau, self.max_norm)
     o = np.argsort(train.item, kind="stable")   # item-major order: X's rows are read and written in sequence
     u, i, r = (np.ascontiguousarray(a[o]) for a in (train.user, train.item, train.rating.astype(np.float32)))
     X, T = self.init_profiles(train); sX, sT = self.row_scales(train)
     work = (np.empty_like(X), np.empty_like(T), np.empty_like(X), np.empty_like(T))
     nX, nT, g = np.zeros_like(X), np.zeros_like(T), self.rng(1)
     history, prev, J_run = [], math.inf, 0
-    for t in tqdm(range(self.J), desc="gauss", disable=not progress):
+    for t in tqdm(range(self.epochs), desc="gauss", disable=not progress):
         if self.private: g.standard_normal(dtype=np.float32, out=nT); nT *= np.float32(sigma)
         if self.private and self.variant == "both": g.standard_normal(dtype=np.float32, out=nX); nX *= np.float32(sigma)
-        sse = gauss_iteration(u, i, r, X, T, self.lam, self.C, self.mu, nX, nT, sX, sT, work, self.clip)
+        sse = gauss_iteration(u, i, r, X, T, self.reg, self.max_norm, self.lr, nX, nT, sX, sT, work, self.clip)
         rmse, J_run = math.sqrt(sse / len(r)), t + 1
         if not math.isfinite(rmse): raise ValueError(f"training RMSE is {rmse} at iteration {t + 1}: overflow")
-        h = {"iteration": t, "train_rmse": rmse}   # training RMSE of the profiles entering iteration t (one step behind test_rmse)
-        if test is not None: h["test_rmse"] = heldout_rmse(X, T, test)   # held-out RMSE of the profiles after it
+        h = {"iteration": t, "train_rmse": rmse}   # training RMSE of the profiles entering iteration t (one step behind valid_rmse)
+        if valid is not None: h["valid_rmse"] = heldout_rmse(X, T, valid)   # held-out RMSE of the profiles after it
         history.append(h)
         if self.tol is not None and prev - rmse < self.tol: break
         prev = rmse
     report = self.report(J_run, tau) if self.private else PrivacyReport(released=("U",))
-    return Factors(U=T, V=X, history=history, privacy=report, params={"J_run": J_run, "tau": tau})
+    return Factors(U=T, V=X, history=history, privacy=report, params={"epochs_run": J_run, "rating_range": tau})
 
 def heldout_rmse(X, T, test: Ratings) -> float:
     "RMSE of ⟨x_i, θ_j⟩ on `test`, clipped to the rating range as `FittedModel.predict` does."
@@ -247,35 +249,35 @@ def neighbour_sensitivity(mech: GaussMF,   # the mechanism (its variant, clip, n
                           train: Ratings,  # the data set D
                           k: int,          # index of the rating that changes
                           new_value: float,  # its value in the neighbour D'
-                          iters: int | None = None,  # iterations (None: mech.J)
+                          iters: int | None = None,  # iterations (None: mech.epochs)
                           ) -> np.ndarray:
     """‖∇Θ(D) − ∇Θ(D')‖_F at each iteration, both runs seeing the same released Θ trajectory and the same noise.
     Variant 'paper' keeps a private X for each data set (X' evolves on D'); 'both' shares the released X and
     returns the joint norm ‖(∇X, ∇Θ)(D) − (∇X, ∇Θ)(D')‖_F."""
-    k, iters = checks.check_int("k", k, 0, len(train) - 1), checks.check_int("iters", iters if iters is not None else mech.J, 1)
+    k, iters = checks.check_int("k", k, 0, len(train) - 1), checks.check_int("iters", iters if iters is not None else mech.epochs, 1)
     new_value = checks.check_float("new_value", new_value, float(train.rating_min), float(train.rating_max))
     u, i = train.user, train.item
     r = train.rating.astype(np.float32); r2 = r.copy(); r2[k] = new_value
-    sigma = gauss_sigma(mech.epsilon_i, mech.delta, mech.tau_for(train), mech.C)
+    sigma = gauss_sigma(mech.step_epsilon, mech.step_delta, mech.tau_for(train), mech.max_norm)
     X, T = mech.init_profiles(train); X2 = X.copy(); sX, sT = mech.row_scales(train)
     w1 = (np.empty_like(X), np.empty_like(T), np.empty_like(X), np.empty_like(T))
     w2 = tuple(np.empty_like(a) for a in w1)
-    g, out, lam = mech.rng(1), np.empty(iters), np.float32(mech.lam)
+    g, out, lam = mech.rng(1), np.empty(iters), np.float32(mech.reg)
     for t in range(iters):
-        for A, w in ((X, w1), (X2, w2)): clip_rows_kernel(A, mech.C, w[0])
-        clip_rows_kernel(T, mech.C, w1[1]); w2[1][:] = w1[1]
+        for A, w in ((X, w1), (X2, w2)): clip_rows_kernel(A, mech.max_norm, w[0])
+        clip_rows_kernel(T, mech.max_norm, w1[1]); w2[1][:] = w1[1]
         gradients_kernel(u, i, r, X, T, w1[0], w1[1], lam, w1[2], w1[3])
         gradients_kernel(u, i, r2, X2, T, w2[0], w2[1], lam, w2[2], w2[3])
         dT = float(np.linalg.norm(w1[3] - w2[3])); dX = float(np.linalg.norm(w1[2] - w2[2]))
         out[t] = math.hypot(dT, dX) if mech.variant == "both" else dT
         nT = g.standard_normal(T.shape).astype(np.float32) * np.float32(sigma)
         nX = g.standard_normal(X.shape).astype(np.float32) * np.float32(sigma) if mech.variant == "both" else np.zeros_like(X)
-        update_kernel(T, w1[3], nT, np.float32(mech.mu), sT)     # the released Θ: computed on D
-        update_kernel(X, w1[2], nX, np.float32(mech.mu), sX)
+        update_kernel(T, w1[3], nT, np.float32(mech.lr), sT)     # the released Θ: computed on D
+        update_kernel(X, w1[2], nX, np.float32(mech.lr), sX)
         if mech.variant == "both": X2[:] = X                       # X is released: both sides share it
-        else: update_kernel(X2, w2[2], nX, np.float32(mech.mu), sX)   # X is private: D' keeps its own
+        else: update_kernel(X2, w2[2], nX, np.float32(mech.lr), sX)   # X is private: D' keeps its own
         if mech.clip == "profiles":
-            for A in (X, X2, T): clip_rows_kernel(A, mech.C, A)
+            for A in (X, X2, T): clip_rows_kernel(A, mech.max_norm, A)
     return out
 
 # %% ../nbs/06_gaussian_mf.ipynb #06efa4e4
@@ -298,7 +300,7 @@ def bench_gauss(n_users: int = 11_345,      # the paper's Netflix slice: users
     with numba_threads(1):
         o = np.argsort(r.item, kind="stable")
         u, i, v = (np.ascontiguousarray(a[o]) for a in (r.user, r.item, r.rating))
-        m = GaussMF(n=n, J=1); X, T = m.init_profiles(r); sX, sT = m.row_scales(r)
+        m = GaussMF(d=n, epochs=1); X, T = m.init_profiles(r); sX, sT = m.row_scales(r)
         nX, nT = np.zeros_like(X), np.random.default_rng(seed).standard_normal(T.shape).astype(np.float32)
         work = (np.empty_like(X), np.empty_like(T), np.empty_like(X), np.empty_like(T))
         def timed(f):

@@ -148,6 +148,8 @@ class HuaDPMF(Mechanism):
     "Hua et al. (2015) Scenario 1: plain MF for U (kept private), rows clipped, V by objective perturbation with U fixed."
     test_params = dict(d=3, pmf_epochs=3)
     overflow_hint = "raise epsilon={epsilon} or lower noise_multiplier={noise_multiplier}: the noise overflowed"
+    applies = {"epochs": ("solver", ("gd",))}   # the closed form takes no steps
+    symbols = {"epsilon": "$\\epsilon$", "d": "$d$", "reg": "$\\lambda$", "max_norm": "$\\lVert u_i\\rVert \\le 1$"}
     SCOPE = ("for V given U, where U is trained non-privately on the same ratings and kept secret; "
              "the end-to-end map ratings -> V is not epsilon-DP")
     _PMF_NAMES = dict(solver="pmf_solver", epochs="pmf_epochs", reg="pmf_reg", lr="pmf_lr")   # PMF's names -> ours
@@ -157,7 +159,7 @@ class HuaDPMF(Mechanism):
                  d: Int(1) = 10,                 # rank of U and V
                  reg: Positive = 5.0,            # λ of the perturbed least-squares problem for V
                  solver: Choice("closed", "gd") = "closed",  # 'closed' (the exact minimiser) or 'gd' (the paper's gradient descent)
-                 gd_iters: Int(0) = 500,         # gradient-descent steps when solver='gd'
+                 epochs: Int(0) = 500,           # gradient-descent steps when solver='gd'
                  noise: Choice(*NOISES) = "l2-laplace",      # 'l2-laplace' (density ∝ exp(-ε‖η‖/Δ)) or 'hua-decomposition'
                  noise_multiplier: Positive = 1.0,  # noise scaled by this; the reported ε is epsilon / noise_multiplier
                  max_norm: Positive = 1.0,       # rows of U are clipped to this L2 norm (Δ scales with it)
@@ -225,6 +227,6 @@ def _fit(self: HuaDPMF, train: Ratings, progress: bool = False, U=None, eta=None
     if self.solver == "closed":
         V = solve_item_factors(*item_normal_equations(train, U, self.reg), eta)
     else:
-        V = gd_item_factors(train, U, eta, self.reg, self.gd_iters)
+        V = gd_item_factors(train, U, eta, self.reg, self.epochs)
     history.append(dict(stage="perturbed", solver=self.solver, seconds=time.perf_counter() - t0))
     return Factors(U=U, V=V, history=history, privacy=self.report(train))

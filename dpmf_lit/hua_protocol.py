@@ -375,21 +375,23 @@ def traffic_per_iteration(run: ProtocolRun, t: int) -> dict:
 @register_mechanism("hua-protocol")
 class HuaProtocol(Mechanism):
     "Hua et al. (2015) Scenarios 2/3: V by masked aggregation through a third party, users holding their own data."
-    test_params = dict(d=3, iters=3, pmf_epochs=3, sparse_items="drop")
+    test_params = dict(d=3, epochs=3, pmf_epochs=3, sparse_items="drop")
     overflow_hint = "raise epsilon={epsilon}: the noise overflowed"
+    applies = {"p_online": ("scenario", (3,)), "k": ("scenario", (3,))}
+    symbols = {"epsilon": "$\\epsilon$", "d": "$d$", "reg": "$\\lambda$", "k": "$k$", "modulus_bits": "$\\log_2 P$"}
     _PMF_NAMES = dict(solver="pmf_solver", epochs="pmf_epochs", reg="pmf_reg")   # PMF's names -> ours
 
     def __init__(self,
                  epsilon: Positive = 1.0,       # ε per rating of V, against parties who do not know H
                  d: Int(1) = 10,                # rank of U and V
                  reg: Positive = 5.0,           # λ of the perturbed objective
-                 iters: Int(0) = 100,           # protocol iterations (gradient steps on V)
+                 epochs: Int(0) = 100,          # protocol iterations (gradient steps on V)
                  scenario: Int(2, 3) = 2,       # 2: static users; 3: users come and go
                  p_online: Float(0, 1, low_open=True) = 1.0,  # Scenario 3: probability that a user is online in an iteration
                  k: int | None = None,          # Scenario 3: raters per item that carry a noise share (None: all)
-                 scale_bits: Int(1) = 24,       # fixed-point scale 2^scale_bits of the encoding in Z_P
+                 scale_bits: Int(1, 61) = 24,   # fixed-point scale 2^scale_bits of the encoding in Z_P
                  modulus_bits: Int(2, 62) = 62, # P = 2^modulus_bits
-                 bound: Positive = 1e6,         # declared bound on any encoded value or aggregate
+                 encoding_bound: Positive = 1e6,  # declared bound on any encoded value or aggregate
                  sparse_items: Choice("error", "drop") = "error",  # items with < 2 raters (S3: < 2 online at set-up): 'error' or 'drop' (v_j = 0)
                  pmf_solver: str = "als",       # solver of the plain MF that gives users their U
                  pmf_epochs: Int(1) = 20,       # its epochs
@@ -403,7 +405,10 @@ class HuaProtocol(Mechanism):
         if self.scenario == 2 and k is not None: raise ValueError(f"k={checks.show(k)} needs scenario=3 (in Scenario 2 every rater of an item carries a share)")
         pmf = self._pmf()   # validates the PMF options now, under our names
         self.pmf_solver, self.pmf_reg, self.threads = pmf.solver, pmf.reg, pmf.threads
-        self.codec = FixedPoint(scale=2.0 ** self.scale_bits, modulus=2 ** self.modulus_bits, bound=self.bound)  # refuses P too small
+        try: self.codec = FixedPoint(scale=2.0 ** self.scale_bits, modulus=2 ** self.modulus_bits, bound=self.encoding_bound)  # refuses P too small
+        except ValueError as e:
+            raise ValueError(f"encoding_bound={checks.show(self.encoding_bound)} with scale_bits={self.scale_bits} and modulus_bits="
+                             f"{self.modulus_bits}: {e}; lower encoding_bound or scale_bits, or raise modulus_bits") from None
 
 # %% ../nbs/04_hua_protocol.ipynb #c033f02c
 @patch
@@ -449,20 +454,20 @@ def _fit(self: HuaProtocol, train: Ratings, progress: bool = False, U=None) -> F
     "Fit on `train`; `U` (n_users, d) skips the plain MF that gives users their profiles."
     keep = item_degrees(train)[train.item] >= 2
     b = share_scale(self.epsilon, rating_sensitivity(train), self.d)
-    if self.bound < 30 * b:   # a Laplace(b) coordinate passes 30b with probability e^-30: encodable in practice
+    if self.encoding_bound < 30 * b:   # a Laplace(b) coordinate passes 30b with probability e^-30: encodable in practice
         raise ValueError(f"epsilon={checks.show(self.epsilon)} gives noise of scale b = Delta sqrt(d)/epsilon = {b:.3g}, which the "
-                         f"fixed-point codec (bound={self.bound:g}) cannot encode: raise epsilon (or bound, above 30b)")
+                         f"fixed-point codec (encoding_bound={self.encoding_bound:g}) cannot encode: raise epsilon (or encoding_bound, above 30b)")
     if self.sparse_items == "error": check_protocol_input(train, np.zeros((train.n_users, 1)))
     if U is None: U = self._pmf().fit(train, progress=progress).U
     U = clip_rows(U, 1.0)
     kept_items, codes = np.unique(train.item[keep], return_inverse=True)      # compact item codes for the protocol
     sub = Ratings(train.user[keep], codes.astype(np.int32), train.rating[keep], train.n_users, len(kept_items),
                   train.rating_min, train.rating_max, train.name)
-    run = run_protocol(sub, U, self.epsilon, self.reg, self.iters, self.scenario, self.p_online, self.k, self.codec,
+    run = run_protocol(sub, U, self.epsilon, self.reg, self.epochs, self.scenario, self.p_online, self.k, self.codec,
                        rating_sensitivity(train), self.seed, keep_view=False, sparse_items=self.sparse_items, progress=progress)
     V = np.zeros((train.n_items, self.d)); V[kept_items] = run.V
     left_out = int((~keep).sum()) + int(np.isin(sub.item, run.dropped).sum())
-    traffic = traffic_per_iteration(run, self.iters - 1) if self.iters else {}
+    traffic = traffic_per_iteration(run, self.epochs - 1) if self.epochs else {}
     return Factors(U=U, V=V, privacy=self._report(train, run, left_out),
-                   history=[dict(stage="protocol", iters=self.iters, skipped=run.skipped, dropped_at_setup=len(run.dropped),
+                   history=[dict(stage="protocol", epochs=self.epochs, skipped=run.skipped, dropped_at_setup=len(run.dropped),
                                  traffic=traffic)])

@@ -6,10 +6,11 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/mechanism.html.md"""
 
 # %% ../nbs/01b_mechanism.ipynb #06da72be
 from __future__ import annotations
-import functools, importlib, importlib.util, inspect, math, os, pkgutil, re, sys, time, warnings
+import difflib, functools, importlib, importlib.util, inspect, math, os, pkgutil, re, sys, time, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
+import pandas as pd
 from fastcore.basics import patch
 from fastcore.docments import docments
 from .checks import Check, check_bool, show
@@ -19,11 +20,11 @@ from .kernels import predict_kernel
 from .privacy import PrivacyReport
 
 # %% auto #0
-__all__ = ['MECHANISMS', 'ENTRY_POINT_GROUP', 'FittedModel', 'Factors', 'Mechanism', 'register_mechanism', 'mechanism_modules',
-           'mechanisms', 'get_mechanism']
+__all__ = ['VOCABULARY', 'ITERATIONS', 'MAX_WORK', 'MECHANISMS', 'ENTRY_POINT_GROUP', 'FittedModel', 'Factors', 'Mechanism',
+           'register_mechanism', 'mechanism_modules', 'mechanisms', 'get_mechanism', 'parameter_table', 'paper_names']
 
 # %% ../nbs/01b_mechanism.ipynb #0d8b6aa4
-@dataclass
+@dataclass(repr=False)
 class FittedModel:
     "Factors (and biases) of a fitted mechanism, with its privacy report and training history."
     U: np.ndarray                        # (n_users, d) float32
@@ -38,24 +39,55 @@ class FittedModel:
     fit_seconds: float = 0.0
     mechanism: str = ""
     params: dict = field(default_factory=dict)    # the parameters that ran, defaults resolved
+    user_ids: np.ndarray | None = None   # original id of each user code, sorted (None: ids are the codes)
+    item_ids: np.ndarray | None = None   # original id of each item code, sorted (None: ids are the codes)
+    valid_rmse: float | None = None      # RMSE on the validation ratings given to `fit`, if any
 
     @property
     def d(self) -> int: return self.U.shape[1]
 
-    def predict(self, user, item) -> np.ndarray:
-        "Predicted ratings (float32) for aligned arrays of user and item codes, clipped to the rating range."
-        user = np.ascontiguousarray(user, np.int32); item = np.ascontiguousarray(item, np.int32)
-        if user.shape != item.shape or user.ndim != 1:
-            raise ValueError(f"user and item must be 1-d arrays of equal length; got shapes {user.shape} and {item.shape}")
-        if len(user) and (user.min() < 0 or user.max() >= len(self.U)):
-            raise ValueError(f"user codes must lie in [0, {len(self.U)}); got range [{user.min()}, {user.max()}]")
-        if len(item) and (item.min() < 0 or item.max() >= len(self.V)):
-            raise ValueError(f"item codes must lie in [0, {len(self.V)}); got range [{item.min()}, {item.max()}]")
-        use_bias = self.user_bias is not None
-        b = self.user_bias if use_bias else np.zeros(1, np.float32)
-        c = self.item_bias if use_bias else np.zeros(1, np.float32)
-        return predict_kernel(user, item, self.U, self.V, b, c, float(self.mean), use_bias,
-                              float(self.rating_min), float(self.rating_max))
+    def __repr__(self):
+        valid = "" if self.valid_rmse is None else f", valid RMSE {self.valid_rmse:.4f}"
+        return (f"FittedModel({self.mechanism or '?'}: {len(self.U):,} users x {len(self.V):,} items, d={self.d}, "
+                f"{self.privacy.guarantee()}, {self.fit_seconds:.2f} s{valid})")
+
+# %% ../nbs/01b_mechanism.ipynb #e9d8928e
+def _codes(ids, table, what: str) -> np.ndarray:
+    "int32 codes of the original `ids` in the sorted id `table` (None: the ids are the codes); unknown ids are refused by value."
+    ids = np.asarray(ids)
+    if table is None: return np.ascontiguousarray(ids, np.int32) if ids.dtype.kind in "iu" else _bad_ids(ids, what, None)
+    try: pos = np.searchsorted(table, ids)
+    except TypeError: return _bad_ids(ids, what, table)
+    pos = np.minimum(pos, len(table) - 1)
+    miss = table[pos] != ids
+    if np.any(miss): _bad_ids(ids[miss], what, table)
+    return pos.astype(np.int32)
+
+def _bad_ids(ids, what, table):
+    shown = ", ".join(map(show, np.ravel(ids)[:3].tolist()))
+    raise ValueError(f"{what} id(s) {shown} not in the training data's {what}s" +
+                     ("" if table is None else f" (ids like {show(table[0].item())}); pass codes to predict_codes"))
+
+@patch
+def predict(self: FittedModel, user, item) -> np.ndarray:
+    "Predicted ratings (float32) for aligned arrays (or scalars) of the data set's own user and item ids."
+    return self.predict_codes(_codes(np.atleast_1d(user), self.user_ids, "user"), _codes(np.atleast_1d(item), self.item_ids, "item"))
+
+@patch
+def predict_codes(self: FittedModel, user, item) -> np.ndarray:
+    "Predicted ratings (float32) for aligned arrays of internal 0-based codes (`Ratings.user`, `Ratings.item`), clipped to the rating range."
+    user = np.ascontiguousarray(user, np.int32); item = np.ascontiguousarray(item, np.int32)
+    if user.shape != item.shape or user.ndim != 1:
+        raise ValueError(f"user and item must be 1-d arrays of equal length; got shapes {user.shape} and {item.shape}")
+    if len(user) and (user.min() < 0 or user.max() >= len(self.U)):
+        raise ValueError(f"user codes must lie in [0, {len(self.U)}); got range [{user.min()}, {user.max()}]")
+    if len(item) and (item.min() < 0 or item.max() >= len(self.V)):
+        raise ValueError(f"item codes must lie in [0, {len(self.V)}); got range [{item.min()}, {item.max()}]")
+    use_bias = self.user_bias is not None
+    b = self.user_bias if use_bias else np.zeros(1, np.float32)
+    c = self.item_bias if use_bias else np.zeros(1, np.float32)
+    return predict_kernel(user, item, self.U, self.V, b, c, float(self.mean), use_bias,
+                          float(self.rating_min), float(self.rating_max))
 
 # %% ../nbs/01b_mechanism.ipynb #87948db3
 @dataclass
@@ -69,6 +101,37 @@ class Factors:
     history: list = field(default_factory=list)
     privacy: object = field(default_factory=PrivacyReport)   # a PrivacyReport, or an accountant with report()
     params: dict = field(default_factory=dict)   # values settled during the fit (override resolved_params())
+
+# %% ../nbs/01b_mechanism.ipynb #4589b6b3
+VOCABULARY: dict = {   # every parameter name a mechanism may declare, with its one meaning
+    "d": "rank of the factors U and V", "epsilon": "ε of the guarantee the privacy report states, for its unit",
+    "delta": "δ of that guarantee", "epochs": "iterations of the main loop (passes, gradient steps, protocol or EM rounds)",
+    "lr": "step size", "lr_decay": "factor on the step after each epoch", "lr_exponent": "the step decays as (1 + t)^-lr_exponent",
+    "reg": "regularisation λ", "reg_u": "regularisation of U", "reg_v": "regularisation of V", "reg_bias": "regularisation (prior precision) of the biases",
+    "reg_local": "ridge λ of a user's local fit", "threads": "threads to run (None: 1)", "seed": "seed of every random draw",
+    "solver": "how the (main) minimisation is solved", "noise": "how the noise is drawn", "max_norm": "L2 bound rows are clipped to",
+    "pmf_solver": "solver of the plain MF inside", "pmf_epochs": "epochs of the plain MF inside", "pmf_reg": "regularisation of the plain MF inside",
+    "pmf_lr": "step size of the plain MF inside", "init_std": "standard deviation of the initial factors", "bias": "fit the mean and biases",
+    "layout": "visit order inside a block", "blocks": "G of the G x G block grid", "noise_multiplier": "noise scaled by this factor",
+    # one family's own ideas
+    "step_epsilon": "ε of each step's mechanism (composed into epsilon)", "step_delta": "δ of each step's mechanism",
+    "rating_range": "bound on how far one rating's value can move", "variant": "which factors are noised and released",
+    "clip": "where rows are clipped", "normalize": "mean rather than sum gradients", "tol": "stop once the training RMSE improves less",
+    "accounting": "how the headline ε is computed", "private": "False: the same algorithm without noise (a baseline)",
+    "epsilon_c": "lowest conservative ε level", "epsilon_m": "conservative/moderate ε boundary", "epsilon_l": "the liberal ε level",
+    "f_c": "fraction of conservative ratings", "f_m": "fraction of moderate ratings", "threshold": "personalised sampling threshold",
+    "dropped": "what happens to unselected ratings", "v_init": "start of V's gradient phase", "sensitivity": "which Δ the noise is scaled to",
+    "scenario": "protocol scenario", "p_online": "probability a user is online", "k": "raters per item that carry a noise share",
+    "scale_bits": "fixed-point scale bits", "modulus_bits": "modulus bits", "encoding_bound": "declared bound on any encoded value",
+    "sparse_items": "what happens to items with too few raters", "max_ratings": "ratings kept per user, or the weight budget",
+    "likelihood_precision": "precision of the Gaussian likelihood", "prior_std": "prior standard deviation of the factors",
+    "neighbouring": "which data sets are neighbours", "constant": "how the Lipschitz-type constant K is taken",
+    "bound_by": "how the per-user bound is made to hold", "weights": "per-user weights (personalised ε)",
+    "table_size": "numbers in the Gaussian table", "mean": "public rating offset μ", "public": "share of public users",
+    "select": "how public users are chosen", "mode": "what private users send", "n_private": "private users who respond",
+    "weight": "weight of a private response", "batch": "responses between server updates", "sweeps": "passes of greedy swaps",
+    "trace": "trace norm of the public EM", "zeta": "smoothing of the weighted trace norm",
+}
 
 # %% ../nbs/01b_mechanism.ipynb #53cc9db4
 def _bytes(n: float) -> str:
@@ -84,24 +147,49 @@ def _nonfinite(out: Factors) -> list[str]:
     return bad + ([] if math.isfinite(out.mean) else ["mean"])
 
 # %% ../nbs/01b_mechanism.ipynb #0bf58fe4
-class Mechanism:
+class _Declared(type):
+    "Metaclass of `Mechanism`: options are keyword-only, and a paper's alias becomes the parameter's name before the class is called."
+    def __call__(cls, *args, **kwargs):
+        if args: raise ValueError(f"{cls.__name__} takes its parameters by keyword only, e.g. {cls.__name__}"
+                                  f"({', '.join(f'{k}=...' for k in cls.parameter_names()[:2])}); got {len(args)} positional: {show(args[0])}")
+        given, typed = cls.canonical(kwargs), {cls.aliases.get(k, k): k for k in kwargs}   # parameter -> the name typed
+        try:
+            self = super().__call__(**given)
+            self._typed = typed
+            _refuse_unused(self)
+            return self
+        except ValueError as e: raise ValueError(_in_their_words(cls, str(e), typed)) from None
+
+def _in_their_words(cls, msg: str, typed: dict) -> str:
+    "`msg` in the user's words: the paper's names if they typed one of them, else the vocabulary's."
+    paper = any(typed.get(name) == alias for alias, name in cls.aliases.items())
+    for alias, name in cls.aliases.items():
+        a, b = (name, alias) if paper else (alias, name)
+        msg = re.sub(rf"(?<![\w.]){re.escape(a)}=", f"{b}=", msg)
+    return msg
+
+class Mechanism(metaclass=_Declared):
     "Base class: parameters declared in `__init__`; `fit(train)` does the shared work and calls the subclass's `_fit`."
     name: str = "mechanism"
     test_params: dict = {}   # small, fast parameters for the test that runs every registered mechanism
     overflow_hint: str = ""  # what to change when the factors overflow, formatted with the resolved parameters
+    aliases: dict = {}       # {the paper's name: parameter}, accepted where a reader reproducing the paper would type it
+    applies: dict = {}       # {parameter: (other, values)}: used only when resolved parameter `other` is in `values`
+    symbols: dict = {}       # {parameter: the paper's symbol (LaTeX)}, for the table under the paper notebook's mathematics
 
-    def __new__(cls, *args, **kwargs):
+    def __new__(cls, **kwargs):
         "Refuse an unknown parameter by name, then store every parameter as an attribute, checked by its declared `Check`."
         known, sig = cls.parameter_names(), inspect.signature(cls.__init__)
         unknown = [k for k in kwargs if k not in known]
-        if unknown and not any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()):
-            k = unknown[0]
-            raise ValueError(f"{k}={show(kwargs[k])}: mechanism {cls.name!r} has no parameter {k!r}; known: {', '.join(known)}")
+        if unknown and not any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()): _unknown(cls, unknown[0], kwargs)
         self, checks = super().__new__(cls), cls.parameter_checks()
-        bound = sig.bind(self, *args, **kwargs)
+        bound = sig.bind(self, **kwargs)
         bound.apply_defaults()
         for k in known: setattr(self, k, checks[k](k, bound.arguments[k]) if k in checks else bound.arguments[k])
+        self._given = tuple(k for k in known if k in kwargs)
         return self
+
+    def __init__(self, **kwargs): pass
 
     @classmethod
     def parameter_names(cls) -> list[str]:
@@ -119,6 +207,16 @@ class Mechanism:
         sig, docs = inspect.signature(cls.__init__).parameters, docments(cls.__init__, returns=False)
         return [(k, None if sig[k].default is sig[k].empty else sig[k].default, docs.get(k) or "") for k in cls.parameter_names()]
 
+    @classmethod
+    def canonical(cls, kwargs: dict) -> dict:
+        "`kwargs` with each paper alias replaced by its parameter's name; one parameter given under two names is refused."
+        out, typed = {}, {}
+        for k, v in kwargs.items():
+            name = cls.aliases.get(k, k)
+            if name in out: raise ValueError(f"{k}={show(v)}: {name!r} is already given as {typed[name]}={show(out[name])}; give one of them")
+            out[name], typed[name] = v, k
+        return out
+
     def params(self) -> dict:
         "The constructor parameters and their current values."
         return {k: getattr(self, k) for k in self.parameter_names()}
@@ -131,9 +229,27 @@ class Mechanism:
         raise NotImplementedError(f"{type(self).__name__} must implement _fit(train, progress, ...) -> Factors")
 
     def __repr__(self):
-        return f"{type(self).__name__}(" + ", ".join(f"{k}={v!r}" for k, v in self.params().items()) + ")"
+        "The class and the parameters given (as scikit-learn shows those that differ from the defaults)."
+        return f"{type(self).__name__}(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self._given) + ")"
 
 # %% ../nbs/01b_mechanism.ipynb #3e7b9d14
+def _unknown(cls, k: str, kwargs: dict):
+    "Refuse parameter `k` by name, with the closest known names and the paper's aliases."
+    known = cls.parameter_names()
+    close = difflib.get_close_matches(k, known + list(cls.aliases), n=2, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+    aliases = f"; paper aliases: {', '.join(f'{a} → {n}' for a, n in cls.aliases.items())}" if cls.aliases else ""
+    raise ValueError(f"{k}={show(kwargs[k])}: mechanism {cls.name!r} has no parameter {k!r}{hint} (known: {', '.join(known)}{aliases})")
+
+def _refuse_unused(self):
+    "Refuse a parameter given explicitly (and not None) that this configuration does not use (`applies`), naming what would use it."
+    p = self.resolved_params()
+    for k in self._given:
+        if k in self.applies and getattr(self, k) is not None and p.get(self.applies[k][0]) not in self.applies[k][1]:
+            other, values = self.applies[k]
+            raise ValueError(f"{k}={show(getattr(self, k))}: {self.name} with {other}={show(p.get(other))} does not use {k} "
+                             f"(it applies when {other} is {' or '.join(map(show, values))})")
+
 @functools.cache
 def _declared_checks(init) -> dict:
     "{name: Check} of the parameters of `init` annotated with a `Check`, the annotations evaluated where `init` was defined."
@@ -166,38 +282,145 @@ def nested(self: Mechanism, cls, names: dict, **params):
         for inner, outer in names.items(): msg = re.sub(rf"(?<![\w.]){re.escape(inner)}=", f"{outer}=", msg)
         raise ValueError(msg) from None
 
+# %% ../nbs/01b_mechanism.ipynb #2092faa3
+@patch
+def get_params(self: Mechanism, deep: bool = True) -> dict:
+    "Every parameter and its value, as scikit-learn's `get_params` (`deep` is accepted for compatibility: there are no nested estimators)."
+    return self.params()
+
+@patch
+def set_params(self: Mechanism, **params) -> Mechanism:
+    "Change parameters in place (aliases accepted), with the constructor's checks; returns self, as scikit-learn's `set_params`."
+    changed = type(self).canonical(params)   # by parameter name; the call below keeps the names typed, for its messages
+    new = type(self)(**{k: getattr(self, k) for k in self._given if k not in changed}, **params)
+    self.__dict__.update(new.__dict__)
+    return self
+
 # %% ../nbs/01b_mechanism.ipynb #efa11902
-_OVERFLOWED = re.compile(r"(?<![\w.])-?(inf|nan)\b|overflow", re.I)   # an error message that met an infinity or NaN
+_OVERFLOWED = re.compile(r"(?<![\w.])-?(inf|nan)\b|overflow|diverged|converge|singular", re.I)   # a message that met an infinity or NaN
 
 def _check_memory(mech: Mechanism, train: Ratings):
     need, avail = int(mech.memory_bytes(train)), available_memory()
     if avail is not None and need > avail:
         d = f" with d={show(mech.d)}" if hasattr(mech, "d") else ""
         raise ValueError(f"{mech.name}{d} on {train.n_users:,} users x {train.n_items:,} items needs about {_bytes(need)} "
-                         f"of memory, more than the {_bytes(avail)} available" + ("; lower d" if d else ""))
+                         f"of memory, more than the {_bytes(avail)} available" + _memory_hint(mech, d))
+
+def _memory_hint(mech: Mechanism, d: str) -> str:
+    "'; lower d' for a mechanism with a rank, unless another parameter given is the extreme one."
+    far = _extreme(mech)
+    return f"; {far}" if far and not (d and far.startswith("d=")) else "; lower d" if d else ""
+
+class _Shown(dict):
+    "Parameters as a user would write them, for `overflow_hint`; a name the hint has and the fit has not shows as itself."
+    def __init__(self, p: dict): super().__init__({k: show(v) for k, v in p.items()})
+    def __missing__(self, k): return k
+
+def _extreme(mech: Mechanism) -> str:
+    """An overflow's hint naming the parameter given farthest from its default (at least 4 orders of magnitude), unless
+    `overflow_hint` is about that one; "" when none is that far (the hint then applies)."""
+    defaults, far = {k: d for k, d, _ in mech.parameter_docs()}, {}
+    for k in mech._given:
+        v, ref = getattr(mech, k), defaults.get(k)
+        ref = ref if isinstance(ref, (int, float)) and not isinstance(ref, bool) and ref != 0 else 1.0
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v != 0 and math.isfinite(v):
+            far[k] = abs(math.log10(abs(v) / abs(ref)))
+    k = max(far, key=far.get, default=None)
+    if k is None or far[k] < 4: return ""
+    v, ref = getattr(mech, k), defaults.get(k)
+    way = "raise" if isinstance(ref, (int, float)) and abs(v) < abs(ref or 1.0) else "lower"
+    if f"{way} {k}={{{k}}}" in mech.overflow_hint: return ""   # the mechanism's own hint says it
+    return f"{getattr(mech, '_typed', {}).get(k, k)}={show(v)} is extreme: {way} it (default {show(ref)})"
+
+ITERATIONS = ("epochs", "pmf_epochs", "sweeps")   # the vocabulary's iteration counts
+MAX_WORK = 1e15   # rating-by-rank updates: about 12 days at 1e9 a second; a paper-scale run (Netflix, d=128, 100 epochs) is ~1e12
 
 @patch
-def fit(self: Mechanism, train: Ratings, progress: bool = False, **extra) -> FittedModel:
-    "Check `train` and memory, run `_fit` (timed), check the factors are finite, build the `FittedModel`."
+def work(self: Mechanism, train: Ratings) -> dict:
+    """{parameter: the multiply-adds it causes}, a rough estimate before the fit: each iteration count x ratings x d,
+    and d^3 per row and epoch of an ALS solve (`solver`/`pmf_solver` 'als'), credited to d. Subclasses add their own."""
+    d = max(1, int(getattr(self, "d", 1)))
+    out = {k: float(getattr(self, k)) * len(train) * d for k in ITERATIONS if isinstance(getattr(self, k, None), int)}
+    for solver, epochs in (("solver", "epochs"), ("pmf_solver", "pmf_epochs")):
+        if getattr(self, solver, None) == "als":
+            out["d"] = out.get("d", 0.0) + float(getattr(self, epochs, None) or 10) * (train.n_users + train.n_items) * float(d) ** 3
+    return out
+
+def _check_work(mech: Mechanism, train: Ratings):
+    "Refuse, before any work, a fit that would run for weeks, naming the parameter that causes most of it."
+    work = mech.work(train)
+    if work and sum(work.values()) > MAX_WORK:
+        k = max(work, key=work.get)
+        typed = getattr(mech, "_typed", {}).get(k, k)
+        raise ValueError(f"{typed}={show(getattr(mech, k))} on {len(train):,} ratings is about {sum(work.values()):.1e} "
+                         f"multiply-adds (more than {MAX_WORK:.0e}, weeks of computing): lower {typed}")
+
+def _check_data(train, valid):
     if not isinstance(train, Ratings): raise ValueError(f"train must be a Ratings object, got {type(train).__name__}")
     if len(train) == 0: raise ValueError(f"train={train.name!r} is empty: nothing to fit")
+    if valid is not None and not (isinstance(valid, Ratings) and (valid.n_users, valid.n_items) == (train.n_users, train.n_items)):
+        got = repr(valid) if isinstance(valid, Ratings) else type(valid).__name__
+        raise ValueError(f"valid must be Ratings on the train matrix ({train.n_users:,} x {train.n_items:,}), e.g. the other part "
+                         f"of a split; got {got}")
+
+def _check_extra(mech: Mechanism, extra: dict):
+    "Refuse a keyword `fit` passes to `_fit` that `_fit` does not take, naming the ones it does."
+    sig = inspect.signature(mech._fit).parameters
+    takes = [k for k in sig if k not in ("self", "train", "progress", "valid")]
+    for k in extra:
+        if k not in sig or k in ("self", "train", "progress"):
+            raise ValueError(f"{k}={show(extra[k]) if not hasattr(extra[k], '__len__') else type(extra[k]).__name__}: "
+                             f"{type(mech).__name__}.fit takes no {k!r}; validation data is valid=..."
+                             + (f"; its own options: {', '.join(takes)}" if takes else ""))
+
+def _rmse(model: "FittedModel", data: Ratings) -> float:
+    err = model.predict_codes(data.user, data.item).astype(np.float64) - data.rating
+    return float(np.sqrt(np.mean(err * err)))
+
+# %% ../nbs/01b_mechanism.ipynb #4410ffb4
+def _hint(mech: Mechanism, p: dict) -> str:
+    return _extreme(mech) or mech.overflow_hint.format_map(_Shown(p)) or "check the parameters"
+
+def _run(mech: Mechanism, train: Ratings, progress: bool, extra: dict) -> Factors:
+    "`_fit`, with numpy's overflow warnings silenced (non-finite factors are refused after it) and an overflow or lack of memory made a ValueError that says what to change."
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return mech._fit(train, progress, **extra)
+    except (ValueError, OverflowError, FloatingPointError, RuntimeError) as e:   # an inner check that met an infinity
+        if not (isinstance(e, OverflowError) or _OVERFLOWED.search(str(e))): raise
+        raise ValueError(f"{mech.name}: the fit overflowed ({e}); {_hint(mech, mech.resolved_params())}") from None
+    except MemoryError as e:   # an array the estimate did not foresee (a count that sizes an array)
+        raise ValueError(f"{mech.name}: out of memory ({e}); {_extreme(mech) or 'lower d or an iteration count'}") from None
+
+@patch
+def fit(self: Mechanism, train: Ratings, valid: Ratings | None = None, *, progress: bool = False, **extra) -> FittedModel:
+    "Check the data, memory and work, run `_fit` (timed), check the factors are finite, build the `FittedModel` (with `valid`'s RMSE)."
+    try: return _fit_model(self, train, valid, progress, extra)
+    except ValueError as e: raise ValueError(_in_their_words(type(self), str(e), getattr(self, "_typed", {}))) from None
+
+def _fit_model(self: Mechanism, train: Ratings, valid, progress: bool, extra: dict) -> FittedModel:
+    _check_data(train, valid)
+    _check_extra(self, extra)
     check_bool("progress", progress)
     _check_memory(self, train)
-    hint = lambda p: self.overflow_hint.format_map({k: show(v) for k, v in p.items()}) or "check the parameters"
+    _check_work(self, train)
+    if valid is not None and "valid" in inspect.signature(self._fit).parameters: extra["valid"] = valid   # RMSE after every epoch
     t0 = time.perf_counter()
-    try: out = self._fit(train, progress, **extra)
-    except (ValueError, OverflowError, FloatingPointError) as e:   # an inner check that met an infinity: say what to change
-        if not _OVERFLOWED.search(str(e)): raise
-        raise ValueError(f"{self.name}: the fit overflowed ({e}); {hint(self.resolved_params())}") from None
+    out = _run(self, train, progress, extra)
     seconds = time.perf_counter() - t0
-    params = {**self.resolved_params(), **out.params}
+    ran = {**self.resolved_params(), **out.params}
     bad = _nonfinite(out)
-    if bad: raise ValueError(f"{self.name}: the fit overflowed ({', '.join(bad)} not finite); {hint(params)}")
+    if bad: raise ValueError(f"{self.name}: the fit overflowed ({', '.join(bad)} not finite); {_hint(self, ran)}")
+    params = {k: v for k, v in ran.items() if not (k in self.applies and ran.get(self.applies[k][0]) not in self.applies[k][1])}
     privacy = out.privacy if isinstance(out.privacy, PrivacyReport) else out.privacy.report()
     f32 = lambda a: None if a is None else np.ascontiguousarray(a, np.float32)
-    return FittedModel(U=f32(out.U), V=f32(out.V), user_bias=f32(out.user_bias), item_bias=f32(out.item_bias),
-                       mean=float(out.mean), rating_min=train.rating_min, rating_max=train.rating_max, privacy=privacy,
-                       history=list(out.history), fit_seconds=seconds, mechanism=self.name, params=params)
+    model = FittedModel(U=f32(out.U), V=f32(out.V), user_bias=f32(out.user_bias), item_bias=f32(out.item_bias),
+                        mean=float(out.mean), rating_min=train.rating_min, rating_max=train.rating_max, privacy=privacy,
+                        history=list(out.history), fit_seconds=seconds, mechanism=self.name, params=params,
+                        user_ids=train.user_ids, item_ids=train.item_ids)
+    if valid is not None: model.valid_rmse = _rmse(model, valid)
+    return model
 
 # %% ../nbs/01b_mechanism.ipynb #744d1545
 MECHANISMS: dict = {}
@@ -249,8 +472,32 @@ def mechanisms(refresh: bool = False) -> dict:
     return dict(sorted(MECHANISMS.items()))
 
 def get_mechanism(name: str):
-    "The mechanism class registered as `name`, or a ValueError listing the known names."
+    "The mechanism class registered as `name` (its CLI name, e.g. 'hua', or its class name, 'HuaDPMF'), or a ValueError listing the known names."
     if name not in MECHANISMS: _discover()
+    by_class = {cls.__name__: cls for cls in MECHANISMS.values()}
+    if isinstance(name, str) and name in by_class: return by_class[name]
     if name not in MECHANISMS:
         raise ValueError(f"mechanism={show(name)} is not registered; known: {sorted(MECHANISMS)}")
     return MECHANISMS[name]
+
+# %% ../nbs/01b_mechanism.ipynb #5d7ace1a
+def parameter_table(registry: dict | None = None) -> pd.DataFrame:
+    "A row per vocabulary name, a column per mechanism: its default there (`[alias]` after it: the paper's name), blank where it has none."
+    registry = mechanisms() if registry is None else registry
+    cols = {}
+    for name, cls in registry.items():
+        alias = {n: a for a, n in cls.aliases.items()}
+        cols[name] = {k: f"{show(v)}" + (f" [{alias[k]}]" if k in alias else "") for k, v, _ in cls.parameter_docs()}
+    rows = [k for k in VOCABULARY if any(k in c for c in cols.values())]
+    return pd.DataFrame({n: [c.get(k, "") for k in rows] for n, c in cols.items()}, index=rows).rename_axis("parameter")
+
+def paper_names(cls) -> str:
+    "The table 'paper symbol → parameter' (and the paper's name the class also accepts) under a paper notebook's mathematics (markdown)."
+    alias = {n: a for a, n in cls.aliases.items()}
+    names = list(cls.symbols) + [n for n in alias if n not in cls.symbols]
+    if not names: return f"`{cls.name}` declares no paper symbols: its parameters are the vocabulary's."
+    row = lambda cells: "| " + " | ".join(cells) + " |"
+    rows = [row(["paper"] + [cls.symbols.get(n, "") for n in names]), row(["---"] * (len(names) + 1)),
+            row([f"`{cls.name}`"] + [f"`{n}`" for n in names])]
+    if alias: rows.append(row(["also accepted"] + [f"`{alias[n]}`" if n in alias else "" for n in names]))
+    return "\n".join(rows)

@@ -66,7 +66,7 @@ def error_summary(y, yhat, within=(0.5, 1.0), digits: int | None = None) -> dict
 
 def evaluate(model, test: Ratings) -> dict:
     "RMSE, MAE and size of `test` under `model.predict`."
-    yhat = model.predict(test.user, test.item)
+    yhat = model.predict_codes(test.user, test.item)
     return dict(rmse=rmse(test.rating, yhat), mae=mae(test.rating, yhat), n_test=int(len(test)))
 
 # %% ../nbs/01_mf.ipynb #daef17fe
@@ -75,6 +75,7 @@ class PMF(Mechanism):
     "Non-private (biased) probabilistic matrix factorization: the baseline every private mechanism is compared to."
     test_params = dict(d=4, epochs=3)
     overflow_hint = "lower lr={lr} or init_std={init_std}"
+    applies = {"lr": ("solver", ("sgd", "gd")), "lr_decay": ("solver", ("sgd", "gd")), "layout": ("solver", ("sgd",)), "blocks": ("solver", ("sgd",))}
     # per-solver defaults for the parameters left at None (the SGD values are the tuned ones below)
     SOLVER_DEFAULTS = {"sgd": dict(epochs=100, lr=0.01, lr_decay=0.98),
                        "gd":  dict(epochs=300, lr=0.001, lr_decay=1.0),
@@ -154,7 +155,7 @@ def _epochs(self: PMF, p: dict, train: Ratings, model: FittedModel, b, c, progre
             else:
                 als_sweep(*by_user, U, V, b, c, mu, p["reg"], p["reg_bias"], self.bias, True)
                 als_sweep(*by_item, V, U, c, b, mu, p["reg"], p["reg_bias"], self.bias, True)
-                sse = float(((rating - model.predict(user, item)) ** 2).sum())
+                sse = float(((rating - model.predict_codes(user, item)) ** 2).sum())
             if not np.isfinite(sse):
                 raise ValueError(f"PMF diverged at epoch {epoch + 1} (lr={show(p['lr'])}, solver={self.solver!r}): lower lr")
             rec = dict(epoch=epoch + 1, train_rmse=math.sqrt(sse / len(user)), seconds=time.perf_counter() - t0)

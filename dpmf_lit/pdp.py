@@ -222,7 +222,11 @@ SENSITIVITIES, V_INITS = ("r_max", "range"), ("pmf", "zero")
 
 class _PMFObjective(Mechanism):
     "Shared parts of DP-PMF and PDP-PMF: the solver's default, step 1 (plain PMF for U), the sensitivity."
-    overflow_hint = "raise epsilon={epsilon} (or t): the noise overflowed"
+    overflow_hint = "raise epsilon={epsilon}: the noise overflowed"
+    aliases = {"lam_u": "reg_u", "lam_v": "reg_v", "gamma": "lr", "k1": "pmf_epochs", "k2": "epochs"}   # Zhang et al.'s symbols
+    applies = {"epochs": ("solver", ("gd",)), "v_init": ("solver", ("gd",))}   # the closed form takes no steps
+    symbols = {"epsilon": "$\\varepsilon$", "d": "$d$", "reg_u": "$\\lambda_u$", "reg_v": "$\\lambda_v$", "lr": "$\\gamma$",
+               "pmf_epochs": "$k_1$", "epochs": "$k_2$", "max_norm": "$\\lVert u_i\\rVert \\le 1$"}
 
     def _resolve_solver(self):
         "solver=None: 'closed' for fixed noise, 'gd' for fresh noise (the closed form has one eta)."
@@ -236,28 +240,28 @@ class _PMFObjective(Mechanism):
 
     def step1(self, kept: Ratings, U=None, V=None):
         "U (rows clipped to max_norm) and the starting V of the perturbed phase; plain PMF by Alg. 2 lines 1-13 unless given."
-        if U is None: U, V = pmf_gd(kept, self.d, self.lam_u, self.lam_v, self.gamma, self.k1, self.rng(0))
+        if U is None: U, V = pmf_gd(kept, self.d, self.reg_u, self.reg_v, self.lr, self.pmf_epochs, self.rng(0))
         V0 = np.zeros((kept.n_items, self.d)) if self.v_init == "zero" or V is None else np.asarray(V, np.float64)
         return clip_rows(U, self.max_norm), V0
 
     def m_epsilon(self, eps: float) -> float:
         "The pure-DP level of the perturbed phase whose noise is calibrated to eps: eps (one eta) or k2 eps (fresh eta)."
-        return eps if self.noise == "fixed" else self.k2 * eps
+        return eps if self.noise == "fixed" else self.epochs * eps
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp050
 @register_mechanism("dp-pmf")
 class DPPMF(_PMFObjective):
     "Zhang et al.'s DP-PMF (Sec. 4): plain PMF for U (kept secret), then V from the objective perturbed by eta_j^T v_j (Eq. 8)."
-    test_params = dict(d=3, k1=5, k2=3, epsilon=1.0)
+    test_params = dict(d=3, pmf_epochs=5, epochs=3, epsilon=1.0, solver="gd")
 
     def __init__(self,
                  epsilon: Positive = 0.1,        # epsilon of the noise density exp(-eps ||eta|| / Delta) (the paper: eps_c = 0.1)
                  d: Int(1) = 20,                 # rank of U and V
-                 lam_u: Positive = 0.01,         # lambda_u of Eq. (1)
-                 lam_v: Positive = 0.01,         # lambda_v of Eqs. (1) and (8)
-                 gamma: Positive = 50.0,         # learning rate; applied as gamma / |Omega| (the paper's sum-gradients diverge)
-                 k1: Int(1) = 50,                # gradient steps of plain PMF (step 1)
-                 k2: Int(1) = 10,                # gradient steps of the perturbed phase (solver='gd'); not given by the paper
+                 reg_u: Positive = 0.01,         # λ_u of Eq. (1)
+                 reg_v: Positive = 0.01,         # λ_v of Eqs. (1) and (8)
+                 lr: Positive = 50.0,            # learning rate γ; applied as γ / |Omega| (the paper's sum-gradients diverge)
+                 pmf_epochs: Int(1) = 50,        # k_1: gradient steps of plain PMF (step 1)
+                 epochs: Int(1) = 10,            # k_2: gradient steps of the perturbed phase (solver='gd'); not given by the paper
                  solver: Choice(*SOLVERS) | None = None,      # 'closed' (exact minimiser) or 'gd' (Alg. 2); None: closed for fixed noise, gd for fresh
                  noise: Choice(*NOISE_READINGS) = "fixed",    # 'fixed' (one eta per item, Thm 4's object) or 'fresh' (new eta each step, Alg. 2 line 17)
                  v_init: Choice(*V_INITS) = "pmf",            # start of the gd phase: 'pmf' (V of step 1, Alg. 2 line 14) or 'zero'
@@ -274,13 +278,13 @@ def report(self: DPPMF, train: Ratings) -> PrivacyReport:
     nb = "a rating's value changed or set to 0, the pattern public" if self.sensitivity == "r_max" else "a rating's value changed, the pattern public"
     start = ("; V's start is step 1's non-private V, also not covered" if self.solver == "gd" and self.v_init == "pmf" else "")
     how = ("pure composition of k2 fresh-noise steps" if self.noise == "fresh" else "one noise draw (Thm 4)")
-    pld = PrivacyAccountant("rating", "replace", ("V",)).pure(self.epsilon, self.k2).epsilon(1e-5, "pld")[0] if self.noise == "fresh" else None
+    pld = PrivacyAccountant("rating", "replace", ("V",)).pure(self.epsilon, self.epochs).epsilon(1e-5, "pld")[0] if self.noise == "fresh" else None
     return PrivacyReport(
         released=("V",), unit="rating", epsilon=m, delta=0.0,
         scope=f"for V given U ({nb}); U is trained without noise on the same ratings and not covered{start}; "
               "no finite epsilon under add/remove",
         method=f"objective perturbation (Zhang et al. Thm 4 = Hua et al. Scenario 1), L2-Laplace noise, Delta = {Delta:g}, {how}",
-        notes=(f"solver={self.solver}, noise={self.noise}" + (f"; k2={self.k2} steps at eps={self.epsilon:g}: {m:g} pure, "
+        notes=(f"solver={self.solver}, noise={self.noise}" + (f"; epochs (k2)={self.epochs} steps at eps={self.epsilon:g}: {m:g} pure, "
                f"{pld:.4g} at delta=1e-5 (PLD)" if pld is not None else "")))
 
 @patch
@@ -288,7 +292,7 @@ def _fit(self: DPPMF, train: Ratings, progress: bool = False, U=None, V=None) ->
     "Fit on `train`; `U`, `V` (from step 1) skip step 1."
     t0 = time.perf_counter()
     U, V0 = self.step1(train, U, V)
-    Vbar = dp_item_factors(train, U, V0, self.epsilon, self.Delta(train), self.lam_v, self.gamma, self.k2,
+    Vbar = dp_item_factors(train, U, V0, self.epsilon, self.Delta(train), self.reg_v, self.lr, self.epochs,
                            self.solver, self.noise, self.rng(1))
     return Factors(U=U, V=Vbar, history=[dict(stage="dp-pmf", seconds=time.perf_counter() - t0)], privacy=self.report(train))
 
@@ -296,22 +300,26 @@ def _fit(self: DPPMF, train: Ratings, progress: bool = False, U=None, V=None) ->
 @register_mechanism("pdp-pmf")
 class PDPPMF(_PMFObjective):
     "Zhang et al.'s PDP-PMF (Sec. 5): per-rating eps_ij, Random Sampling (Alg. 1) with threshold t, then t-DP PMF (Alg. 2)."
-    test_params = dict(d=3, k1=5, k2=3)
+    test_params = dict(d=3, pmf_epochs=5, epochs=3, solver="gd")
+    overflow_hint = "raise epsilon_c={epsilon_c} (the threshold t follows the levels): the noise overflowed"
+    aliases = {**_PMFObjective.aliases, "eps_c": "epsilon_c", "eps_m": "epsilon_m", "eps_l": "epsilon_l", "t": "threshold"}
+    symbols = {**{k: v for k, v in _PMFObjective.symbols.items() if k != "epsilon"}, "epsilon_c": "$\\varepsilon_c$",
+               "epsilon_m": "$\\varepsilon_m$", "epsilon_l": "$\\varepsilon_l$", "threshold": "$t$", "f_c": "$f_c$", "f_m": "$f_m$"}
 
     def __init__(self,
                  f_c: Float(0, 1) = 0.54,        # fraction of conservative ratings (eps ~ U[eps_c, eps_m))
                  f_m: Float(0, 1) = 0.37,        # fraction of moderate ratings (eps ~ U[eps_m, eps_l)); liberal: the rest
-                 eps_c: Positive = 0.1,          # lowest conservative level
-                 eps_m: Positive = 0.2,          # conservative/moderate boundary
-                 eps_l: Positive = 1.0,          # the liberal level
-                 t: str | float = "mean",        # threshold: 'mean' or 'max' of the training eps_ij, 'expected' (public E[eps]) or a number
+                 epsilon_c: Positive = 0.1,      # ε_c: lowest conservative level
+                 epsilon_m: Positive = 0.2,      # ε_m: conservative/moderate boundary
+                 epsilon_l: Positive = 1.0,      # ε_l: the liberal level
+                 threshold: str | float = "mean",  # t: 'mean' or 'max' of the training eps_ij, 'expected' (public E[eps]) or a number
                  dropped: Choice(*DROPPED) = "remove",  # unselected ratings: 'remove' (I_ij on D_s, Alg. 2) or 'zero' (kept as 0, Thm 6's reading)
                  d: Int(1) = 20,                 # rank of U and V
-                 lam_u: Positive = 0.01,         # lambda_u of Eq. (1)
-                 lam_v: Positive = 0.01,         # lambda_v of Eqs. (1) and (8)
-                 gamma: Positive = 50.0,         # learning rate; applied as gamma / |Omega| (the paper's sum-gradients diverge)
-                 k1: Int(1) = 50,                # gradient steps of plain PMF on the sample (step 1)
-                 k2: Int(1) = 10,                # gradient steps of the perturbed phase (solver='gd'); not given by the paper
+                 reg_u: Positive = 0.01,         # λ_u of Eq. (1)
+                 reg_v: Positive = 0.01,         # λ_v of Eqs. (1) and (8)
+                 lr: Positive = 50.0,            # learning rate γ; applied as γ / |Omega| (the paper's sum-gradients diverge)
+                 pmf_epochs: Int(1) = 50,        # k_1: gradient steps of plain PMF on the sample (step 1)
+                 epochs: Int(1) = 10,            # k_2: gradient steps of the perturbed phase (solver='gd'); not given by the paper
                  solver: Choice(*SOLVERS) | None = None,      # 'closed' (exact minimiser) or 'gd' (Alg. 2); None: closed for fixed noise, gd for fresh
                  noise: Choice(*NOISE_READINGS) = "fixed",    # 'fixed' (one eta per item, Thm 4's object) or 'fresh' (new eta each step, Alg. 2 line 17)
                  v_init: Choice(*V_INITS) = "pmf",            # start of the gd phase: 'pmf' (V of step 1, Alg. 2 line 14) or 'zero'
@@ -319,19 +327,19 @@ class PDPPMF(_PMFObjective):
                  max_norm: Positive = 1.0,       # rows of U are clipped to this L2 norm (the proof needs ||u_i|| <= 1)
                  seed: Int(0) = 0):              # seed of step 1 (stream 0), noise (1), specification (2) and sampling (3)
         "t (a name or a number) and the conditions between parameters are checked here; the rest by the base class."
-        check_spec_params(self.f_c, self.f_m, self.eps_c, self.eps_m, self.eps_l)   # f_c + f_m <= 1, eps_c < eps_m < eps_l
-        self.t = check_choice("t", t, THRESHOLDS) if isinstance(t, str) else check_positive("t", t)
+        check_spec_params(self.f_c, self.f_m, self.epsilon_c, self.epsilon_m, self.epsilon_l)   # f_c + f_m <= 1, eps_c < eps_m < eps_l
+        self.threshold = check_choice("threshold", threshold, THRESHOLDS) if isinstance(threshold, str) else check_positive("threshold", threshold)
         self._resolve_solver()
         if self.dropped == "zero" and self.sensitivity != "r_max":
             raise ValueError(f"sensitivity={self.sensitivity!r} with dropped='zero': a rating set to 0 moves b_j by r u_i, so Delta must be r_max")
 
     def spec_for(self, train: Ratings) -> PrivacySpec:
         "The privacy specification of `train` (stream 2 of the seed)."
-        return pdp_privacy_spec(train, self.f_c, self.f_m, self.eps_c, self.eps_m, self.eps_l, self.rng(2))
+        return pdp_privacy_spec(train, self.f_c, self.f_m, self.epsilon_c, self.epsilon_m, self.epsilon_l, self.rng(2))
 
     def threshold_for(self, spec: PrivacySpec) -> float:
         "t for `spec`, checked against [min eps_ij, max eps_ij]."
-        return resolve_threshold(spec, self.t, expected_mean_epsilon(self.f_c, self.f_m, self.eps_c, self.eps_m, self.eps_l))
+        return resolve_threshold(spec, self.threshold, expected_mean_epsilon(self.f_c, self.f_m, self.epsilon_c, self.epsilon_m, self.epsilon_l))
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp054
 @patch
@@ -363,8 +371,8 @@ def report(self: PDPPMF, train: Ratings, spec: PrivacySpec, t: float) -> Privacy
 def _fresh_note(self: PDPPMF, t: float) -> str:
     "Fresh noise: the k2 steps at eps = t composed by the toolkit's PLD accountant, next to the pure k2 t the report uses."
     if self.noise != "fresh": return ""
-    pld = PrivacyAccountant("rating", "replace", ("V",)).pure(t, self.k2).epsilon(1e-5, "pld")[0]
-    return (f"; fresh noise: k2={self.k2} steps at t={t:.4g} compose to m = {self.k2 * t:.4g} pure (the per-rating values above are computed from this m), "
+    pld = PrivacyAccountant("rating", "replace", ("V",)).pure(t, self.epochs).epsilon(1e-5, "pld")[0]
+    return (f"; fresh noise: epochs (k2)={self.epochs} steps at t={t:.4g} compose to m = {self.epochs * t:.4g} pure (the per-rating values above are computed from this m), "
             f"{pld:.4g} at delta=1e-5 (PLD)")
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp055
@@ -378,8 +386,8 @@ def _fit(self: PDPPMF, train: Ratings, progress: bool = False, spec: PrivacySpec
     t = self.threshold_for(spec)
     keep = pdp_sample(spec, t, self.rng(3)) if keep is None else np.asarray(keep, bool)
     U, V0 = self.step1(train.take(keep), U, V)
-    Vbar = dp_item_factors(sampled_ratings(train, keep, self.dropped), U, V0, t, self.Delta(train), self.lam_v,
-                           self.gamma, self.k2, self.solver, self.noise, self.rng(1))
+    Vbar = dp_item_factors(sampled_ratings(train, keep, self.dropped), U, V0, t, self.Delta(train), self.reg_v,
+                           self.lr, self.epochs, self.solver, self.noise, self.rng(1))
     return Factors(U=U, V=Vbar, history=[dict(stage="pdp-pmf", t=t, kept=float(keep.mean()), seconds=time.perf_counter() - t0)],
                    privacy=self.report(train, spec, t), params=dict(t_value=t, kept_fraction=float(keep.mean())))
 
@@ -392,6 +400,6 @@ def cross_validate(ratings: Ratings, make, k: int = 10, seed: int = 0) -> dict:
     from dpmf_lit.splits import kfold
     rmses, errors = [], []
     for train, test in kfold(ratings, check_int("k", k, 2), seed):
-        e = np.abs(test.rating - make().fit(train).predict(test.user, test.item)).astype(np.float64)
+        e = np.abs(test.rating - make().fit(train).predict_codes(test.user, test.item)).astype(np.float64)
         rmses.append(math.sqrt(float(np.mean(e * e)))); errors.append(e)
     return dict(rmse=np.array(rmses), errors=np.concatenate(errors))

@@ -132,7 +132,8 @@ def _check_values(rating, rating_min, rating_max, where, label, row=_index):
 def _dup_message(where, a, b, count, label, row=_index, hint=False) -> str:
     msg = f"{where}: duplicate (user, item) pair ({label(b)}) at {row(a)} and {row(b)}; {count} duplicate rating(s) in total"
     if hint: msg += ("; to keep one rating of each repeated pair pass on_duplicate='first' or 'last' "
-                     "(an argument of Ratings.from_ids, of every loader and of load_dataset)")
+                     "(an argument of Ratings.from_ids, of every loader, of load_dataset and of load_file; "
+                     "on the command line: dpmf fit --on-duplicate first)")
     return msg
 
 # %% ../nbs/00a_ratings.ipynb #3c776fc4

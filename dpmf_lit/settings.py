@@ -181,6 +181,7 @@ def load_settings(path: str | Path | None = None,  # settings.ini to read (defau
                   ) -> Settings:
     "Read `settings.ini`, apply `DPMF_*` variables from `env`, then `overrides`."
     path = Path(path).expanduser() if path is not None else find_settings_file()
+    if path.is_dir(): raise IsADirectoryError(f"settings file {str(path)!r} is a folder; name the settings.ini file itself")
     if not path.is_file(): raise FileNotFoundError(f"settings file {str(path)!r} does not exist")
     path, env = path.resolve(), os.environ if env is None else env
     cp = configparser.ConfigParser(interpolation=None)

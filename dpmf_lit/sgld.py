@@ -257,33 +257,37 @@ def _user_weights(name: str, value):
 @register_mechanism("sgld")
 class SGLD(Mechanism):
     "One posterior sample by SGLD (Liu, Wang & Smola 2015): user-level DP under exact sampling; releases V and c."
-    test_params = dict(d=4, epochs=3, tau=20)
-    overflow_hint = "lower step={step}"
+    test_params = dict(d=4, epochs=3, max_ratings=20)
+    overflow_hint = "lower lr={lr}"
+    aliases = {"tau": "max_ratings", "lambda_r": "likelihood_precision", "lambda_b": "reg_bias"}   # Liu, Wang & Smola's symbols
+    applies = {"table_size": ("noise", ("table",))}
+    symbols = {"epsilon": "$\\epsilon$", "max_ratings": "$\\tau$", "d": "$d$", "lr": "$\\tfrac{\\eta}{2}\\gamma\\lambda_r$",
+               "likelihood_precision": "$\\lambda_r$", "prior_std": "$\\sigma_p$", "reg_bias": "$\\lambda_b$", "mean": "$\\mu$"}
 
     def __init__(self,
                  epsilon: Positive = 1.0,         # per-user ε of one exact posterior sample (users of weight 1)
-                 tau: Int(1) = 100,               # ratings kept per user (trimming) or each user's weight budget
+                 max_ratings: Int(1) = 100,       # τ: ratings kept per user (trimming) or each user's weight budget
                  d: Int(1) = 8,                   # rank of U and V
                  epochs: Int(1) = 40,             # SGLD epochs; the iterate after the last one is the released sample
-                 step: Positive = 0.01,           # per-rating step on the tempered likelihood, (η/2)·γ·λ_r
-                 step_decay: Float(0, 1) = 0.0,   # η_t = η·(1 + t)^-step_decay
-                 lambda_r: Positive = 1.0,        # likelihood precision λ_r (fixed: a data-dependent one voids B)
+                 lr: Positive = 0.01,             # per-rating step on the tempered likelihood, (η/2)·γ·λ_r
+                 lr_exponent: Float(0, 1) = 0.0,  # η_t = η·(1 + t)^-lr_exponent
+                 likelihood_precision: Positive = 1.0,  # likelihood precision λ_r (fixed: a data-dependent one voids B)
                  prior_std: Positive | None = 0.25,  # prior std σ_p of each coordinate of u_i, v_j (None: (2d)^-1/4)
-                 lambda_b: Positive = 10.0,       # prior precision of the biases b_i, c_j
+                 reg_bias: Positive = 10.0,        # λ_b: prior precision of the biases b_i, c_j
                  neighbouring: Choice("replace", "add_remove") = "replace",  # 'replace' one user's ratings, or 'add_remove' a user
                  constant: Choice("derived", "paper") = "derived",  # K: 'derived' one-sided (2B replace, B add/remove) or 'paper' two-sided (4B, 2B)
-                 bound: Choice("trim", "reweight") = "trim",       # how B is made to hold: 'trim' to tau ratings or 'reweight'
+                 bound_by: Choice("trim", "reweight") = "trim",    # how B is made to hold: \'trim\' to max_ratings ratings or 'reweight'
                  weights: Check(_user_weights) | None = None,     # per-user weights w_i in [0, 1] (None: all 1): ε_i = w_i·ε
                  noise: Choice("table", "fresh") = "table",       # Gaussian draws from a 'table' or 'fresh' (counter-based)
-                 table_size: int = 65_536,        # numbers in the Gaussian table (at least 2(d + 1))
-                 mu: Float() | None = None,       # public offset μ (None: the midpoint of the rating range)
-                 local_reg: Positive = 5.0,       # ridge λ of each user's local fit of (u_i, b_i) given V, c
+                 table_size: int | None = None,   # numbers in the Gaussian table, at least 2(d + 1) (None: 65,536 or 2(d + 1) if larger)
+                 mean: Float() | None = None,     # public offset μ (None: the midpoint of the rating range)
+                 reg_local: Positive = 5.0,       # ridge λ of each user's local fit of (u_i, b_i) given V, c
                  threads: Int(1) | None = None,   # threads to run (None: 1)
                  blocks: Int(1) | None = None,    # G of the G x G block grid (None: threads); fixes the result
                  layout: Choice("random", "user") = "user",  # order inside a block: 'user' (user visits) or 'random'
                  seed: Int(0) = 0):               # seed of trimming, start, table and noise
         "table_size, whose lower bound depends on d, is checked here; the rest by the base class."
-        self.table_size = check_int("table_size", table_size, 2 * (self.d + 1))
+        if table_size is not None: self.table_size = check_int("table_size", table_size, 2 * (self.d + 1))
 
 # %% ../nbs/07_sgld.ipynb #29a76655
 @patch
@@ -294,15 +298,17 @@ def resolved_params(self: SGLD, train: Ratings | None = None) -> dict:
     p["threads"] = min(1 if self.threads is None else self.threads, numba.config.NUMBA_NUM_THREADS)
     p["blocks"] = p["threads"] if self.blocks is None else self.blocks
     p["prior_std"] = (2 * self.d) ** -0.25 if self.prior_std is None else self.prior_std
+    p["table_size"] = max(65_536, 2 * (self.d + 1)) if self.table_size is None else self.table_size
     if train is not None:
-        p["mu"] = 0.5 * (train.rating_min + train.rating_max) if self.mu is None else self.mu
+        p["mu"] = 0.5 * (train.rating_min + train.rating_max) if self.mean is None else self.mean
         if not train.rating_min <= p["mu"] <= train.rating_max:
-            raise ValueError(f"mu={show(self.mu)} must lie in the rating range [{train.rating_min:g}, {train.rating_max:g}]")
-        p["B"] = user_loglik_bound(self.tau, self.lambda_r, train.rating_min, train.rating_max)
+            raise ValueError(f"mean={show(self.mean)} must lie in the rating range [{train.rating_min:g}, {train.rating_max:g}]")
+        p["B"] = user_loglik_bound(self.max_ratings, self.likelihood_precision, train.rating_min, train.rating_max)
         p["K"] = _ops_constant(p["B"], self.neighbouring, self.constant)
         p["gamma"] = self.epsilon / p["K"]
-        lam_max = max(p["prior_std"] ** -2, self.lambda_b)
-        p["eta"] = min(2 * self.step / (p["gamma"] * self.lambda_r), 1.0 / lam_max)
+        lam_max = max(p["prior_std"] ** -2, self.reg_bias)
+        p["eta"] = min(2 * self.lr / (p["gamma"] * self.likelihood_precision), 1.0 / lam_max)
+        p["lr_capped"] = p["eta"] < 2 * self.lr / (p["gamma"] * self.likelihood_precision)   # η at its stability cap: a larger lr changes nothing
     return p
 
 # %% ../nbs/07_sgld.ipynb #263bf6bb
@@ -316,14 +322,21 @@ def _check_user_weights(self: SGLD, train: Ratings) -> np.ndarray:
 
 def _start(self: SGLD, train: Ratings, p: dict):
     "The trimmed ratings in the block grid, and a start (U, V, b, c) drawn from the prior (stream 2): data-independent."
-    kept = trim_ratings(train, self.tau, seed=int(self.rng(1).integers(2**31))) if self.bound == "trim" else train
+    kept = trim_ratings(train, self.max_ratings, seed=int(self.rng(1).integers(2**31))) if self.bound_by == "trim" else train
     blocks = prepare_sgd_blocks(kept.user, kept.item, kept.rating, train.n_users, train.n_items,
                                 n_threads=p["blocks"], seed=int(self.rng(3).integers(2**31)), layout=self.layout)
-    g, s, sb = self.rng(2), p["prior_std"], self.lambda_b ** -0.5
+    g, s, sb = self.rng(2), p["prior_std"], self.reg_bias ** -0.5
     U = (s * g.standard_normal((train.n_users, self.d))).astype(np.float32)
     V = (s * g.standard_normal((train.n_items, self.d))).astype(np.float32)
     b, c = (sb * g.standard_normal(train.n_users)).astype(np.float32), (sb * g.standard_normal(train.n_items)).astype(np.float32)
     return kept, blocks, U, V, b, c
+
+@patch
+def work(self: SGLD, train: Ratings) -> dict:
+    "The base estimate plus each user's local ridge fit, a (d+1) x (d+1) solve: d^3 per user, credited to d."
+    out = Mechanism.work(self, train)
+    out["d"] = out.get("d", 0.0) + train.n_users * float(self.d + 1) ** 3
+    return out
 
 # %% ../nbs/07_sgld.ipynb #56bd5a06
 @patch
@@ -336,22 +349,22 @@ def _fit(self: SGLD, train: Ratings, progress: bool = False,
     w = _check_user_weights(self, train)
     kept, blocks, U, V, b, c = _start(self, train, p)
     counts, m_counts = np.bincount(kept.user, minlength=train.n_users), np.bincount(kept.item, minlength=train.n_items)
-    lik_w = w * reweighting(counts, self.tau) if self.bound == "reweight" else w
-    table = (gaussian_table(self.table_size, self.d, seed=int(self.rng(4).integers(2**31))) if self.noise == "table"
+    lik_w = w * reweighting(counts, self.max_ratings) if self.bound_by == "reweight" else w
+    table = (gaussian_table(p["table_size"], self.d, seed=int(self.rng(4).integers(2**31))) if self.noise == "table"
              else np.zeros(0, np.float32))
     lam = p["prior_std"] ** -2
     lo, hi, kseed, t0, history = train.rating_min, train.rating_max, int(self.rng(5).integers(2**62)), time.perf_counter(), []
     with numba_threads(p["threads"]):
         for t in tqdm(range(self.epochs), desc="sgld", disable=not progress, leave=False):
-            eta = p["eta"] * (1 + t) ** -self.step_decay
-            ou_u, ou_v = ou_coefficients(counts, eta, lam, self.lambda_b), ou_coefficients(m_counts, eta, lam, self.lambda_b)
-            sse = sgld_epoch_parallel(*blocks, U, V, b, c, p["mu"], lo, hi, eta, p["gamma"] * self.lambda_r, lik_w,
+            eta = p["eta"] * (1 + t) ** -self.lr_exponent
+            ou_u, ou_v = ou_coefficients(counts, eta, lam, self.reg_bias), ou_coefficients(m_counts, eta, lam, self.reg_bias)
+            sse = sgld_epoch_parallel(*blocks, U, V, b, c, p["mu"], lo, hi, eta, p["gamma"] * self.likelihood_precision, lik_w,
                                       ou_u, ou_v, table, kseed, t, True)
             rec = dict(epoch=t + 1, eta=eta, train_rmse=math.sqrt(sse / max(len(kept), 1)), seconds=time.perf_counter() - t0)
             if valid is not None: rec["valid_rmse"] = _rmse(U, V, b, c, p["mu"], valid)
             if on_epoch is not None: on_epoch(t, U, V, b, c)
             history.append(rec)
-    U, b = local_user_fit(train, V, c, p["mu"], self.local_reg)
+    U, b = local_user_fit(train, V, c, p["mu"], self.reg_local)
     return Factors(U, V, b, c, p["mu"], history, _sgld_report(self, p, w), params=_public(p))
 
 # %% ../nbs/07_sgld.ipynb #9efc508c
@@ -360,7 +373,7 @@ def _rmse(U, V, b, c, mu, r: Ratings) -> float:
     return rmse(r.rating, predict_kernel(r.user, r.item, U, V, b, c, float(mu), True, float(r.rating_min), float(r.rating_max)))
 
 def _public(p: dict) -> dict:
-    return {k: p[k] for k in ("mu", "B", "K", "gamma", "eta", "prior_std", "threads", "blocks")}
+    return {"mean": p["mu"], **{k: p[k] for k in ("B", "K", "gamma", "eta", "lr_capped", "prior_std", "threads", "blocks")}}
 
 def local_user_fit(train: Ratings,  # each user's own ratings (all of them: the fit stays on the user's side)
                    V: np.ndarray,   # the released item factors (n_items, d)
@@ -395,7 +408,7 @@ def _sgld_report(self: SGLD, p: dict, w: np.ndarray) -> PrivacyReport:
     K = {("paper", "replace"): "4B (the paper's, two-sided)", ("paper", "add_remove"): "2B (two-sided)",
          ("derived", "replace"): "2B (derived, one-sided loss)", ("derived", "add_remove"): "B (derived, one-sided loss)"}[self.constant, self.neighbouring]
     notes = (f"B = tau*lambda_r*Delta^2/2 = {p['B']:g}; gamma = epsilon/K = {p['gamma']:.4g} with K = {K}; "
-             f"bound by {self.bound} to tau = {self.tau}; per-user epsilon_i = w_i*epsilon in "
+             f"bound by {self.bound_by} to tau = {self.max_ratings}; per-user epsilon_i = w_i*epsilon in "
              f"[{eps_w.min():g}, {eps_w.max():g}] (median {np.median(eps_w):g}); eta = {p['eta']:.4g}")
     scope = (f"exact-sampling guarantee for one user's ratings ({self.neighbouring.replace('_', '/')}); "
              + ("per-user ε_i = w_i·ε for public weights fixed to the user's slot; " if self.weights is not None else "")

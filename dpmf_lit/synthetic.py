@@ -144,7 +144,7 @@ def _read_int(path) -> int | None:
 
 def _cgroup_room() -> int | None:
     "Bytes left under this process's cgroup memory limit (cgroup v2 or v1); None without a limit."
-    try: rel = next((l.split(":", 2)[2].strip() for l in open("/proc/self/cgroup") if l.startswith("0::")), None)
+    try: rel = next((l.split(":", 2)[2].strip() for l in Path("/proc/self/cgroup").read_text().splitlines() if l.startswith("0::")), None)
     except OSError: rel = None
     pairs = [("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")]
     for base in ([Path("/sys/fs/cgroup") / rel.lstrip("/")] if rel else []) + [Path("/sys/fs/cgroup")]:

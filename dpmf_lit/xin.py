@@ -96,6 +96,9 @@ def trace_weights(rows, users, n_items, zeta: float | None) -> tuple[np.ndarray,
     n_i = np.array([indptr[i + 1] - indptr[i] for i in users], np.float64); N = max(n_i.sum(), 1.0)
     c = np.zeros(n_items)
     for i in users: np.add.at(c, item[indptr[i]:indptr[i + 1]], 1.0)
+    if zeta == 0 and (c == 0).any():   # the unsmoothed norm divides by each item's marginal
+        raise ValueError(f"zeta=0: {int((c == 0).sum())} items have no rating from the public users, so their unsmoothed weight is 0 "
+                         "and the weighted trace norm divides by it; use zeta > 0 (e.g. 0.1) or more public users")
     return n * ((1 - zeta) * n_i / N + zeta / n), n_items * ((1 - zeta) * c / N + zeta / n_items)
 
 # %% ../nbs/08_public_private.ipynb #39fe6d11
@@ -205,8 +208,8 @@ def sslp_response(v: np.ndarray,            # (m,) the centred completed vector 
     vp = np.zeros(D); vp[:m] = np.clip(v, -B, B)
     vt = np.where(rng.random(D) < 0.5 + vp / (2 * B), 1.0, -1.0)
     s = np.where(rng.random(D) < 0.5, 1.0, -1.0); s *= np.sign(s.sum())
-    z = vt * s * (1.0 if rng.random() < math.exp(eps) / (math.exp(eps) + 1) else -1.0)
-    return (B * (math.exp(eps) + 1) / (math.exp(eps) - 1) / sslp_constant(D)) * z[:m]
+    z = vt * s * (1.0 if rng.random() < 1 / (1 + math.exp(-eps)) else -1.0)   # e^ε/(e^ε + 1), stable for any ε > 0
+    return (B / math.tanh(eps / 2) / sslp_constant(D)) * z[:m]                # (e^ε + 1)/(e^ε − 1) = 1/tanh(ε/2)
 
 # %% ../nbs/08_public_private.ipynb #bd9526dd
 MODES = ("local", "pmd", "pmc", "laplace", "sslp", "exact", "full-em")
@@ -215,15 +218,18 @@ WEIGHTS = (0.5, 0.1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7)   # the validation grid
 @register_mechanism("xin")
 class XinPublicPrivate(Mechanism):
     "Xin & Jaakkola (2014): Σ from public users by EM, Eq. 4 on the device for private users; optional 2nd-order release (PMD/PMC) or baselines."
-    test_params = dict(public=0.3, d=3, em_iters=4, mode="pmc", n_private=40)
-    overflow_hint = "raise lam={lam}"
+    test_params = dict(public=0.3, d=3, epochs=4, mode="pmc", n_private=40)
+    overflow_hint = "raise reg={reg}"
+    aliases = {"lam": "reg"}   # Xin & Jaakkola's λ′
+    symbols = {"d": "$d$", "reg": "$\\lambda'$", "epsilon": "$\\epsilon$", "epochs": "EM iterations"}
+    applies = {"epsilon": ("mode", ("laplace", "sslp")), "sweeps": ("mode", ("pmd",)), "zeta": ("trace", ("weighted",))}
 
     def __init__(self,
                  public: Float(0, 1, low_open=True) = 0.01,  # share of users who are public, in (0, 1]
                  select: Choice("most", "random") = "most",  # public users: 'most' ratings first or 'random'
                  d: Int(1) = 20,            # rank kept of Σ = V Vᵀ
-                 lam: Positive = 0.01,      # λ′ of Eqs. 3–4 (0.01: tuned on ML-100K public users)
-                 em_iters: Int(1) = 20,     # EM iterations on the public users
+                 reg: Positive = 0.01,      # λ′ of Eqs. 3–4 (0.01: tuned on ML-100K public users)
+                 epochs: Int(1) = 20,       # EM iterations on the public users
                  mode: Choice(*MODES) = "local",  # 'local', 'pmd', 'pmc', 'laplace', 'sslp', 'exact' or 'full-em'
                  n_private: Int(0) | None = None,  # private users who respond (most ratings first; None: all)
                  weight: Float(0, 1, low_open=True) | None = 0.5,  # weight of a private response in the M-step, in (0, 1]; None: by validation
@@ -285,17 +291,17 @@ def _xin_scale(train: Ratings) -> np.ndarray:
 def _run(self: XinPublicPrivate, rows, m, pub, priv, weight, scale, lo, hi, progress=False):
     "(μ, V, history): the EM on the public users (all users in 'full-em'), then the responses in batches, weighted `weight`."
     em_users = np.concatenate([pub, priv]) if self.mode == "full-em" else pub
-    mu, V, U = fit_sigma(rows, em_users, m, self.d, self.lam, self.em_iters, self.rng(0),
+    mu, V, U = fit_sigma(rows, em_users, m, self.d, self.reg, self.epochs, self.rng(0),
                           zeta=self.zeta if self.trace == "weighted" else None, progress=progress)
-    history = [dict(stage="em", users=len(em_users), iters=self.em_iters)]
+    history = [dict(stage="em", users=len(em_users), iters=self.epochs)]
     if self.mode in ("local", "full-em"): return mu, V, history
     rng, resp, (indptr, item, rating) = self.rng(1), [], rows
     for start in tqdm(range(0, len(priv), self.batch), desc=f"xin {self.mode}", disable=not progress):
         for i in priv[start:start + self.batch]:   # on each device: complete, then respond once
             sl = slice(indptr[i], indptr[i + 1])
-            r = mu + V @ local_factor(V, item[sl], rating[sl] - mu[item[sl]], self.lam); r[item[sl]] = rating[sl]
+            r = mu + V @ local_factor(V, item[sl], rating[sl] - mu[item[sl]], self.reg); r[item[sl]] = rating[sl]
             resp.append(self._respond(r, mu, lo, hi, scale, rng))
-        U = e_step(V, mu, rows, pub, self.lam)   # server: re-complete public users, M-step with the responses
+        U = e_step(V, mu, rows, pub, self.reg)   # server: re-complete public users, M-step with the responses
         w = np.r_[np.ones(len(pub)), np.full(len(resp), weight)]
         V = m_step(np.vstack([U @ V.T, np.array(resp)]), w, self.d)
         history.append(dict(stage="private", responses=len(resp)))
@@ -319,7 +325,7 @@ def _validate(self: XinPublicPrivate, rows, m, pub, priv, scale, lo, hi, progres
     users = np.unique(hu); pos = np.searchsorted(users, hu); scores = {}
     for w in tqdm(WEIGHTS, desc="xin weight", disable=not progress):
         mu, V, _ = self._run(fit_rows, m, pub, priv, w, scale, lo, hi)
-        U = e_step(V, mu, fit_rows, users, self.lam)
+        U = e_step(V, mu, fit_rows, users, self.reg)
         scores[w] = float(np.sqrt(np.mean((mu[hj] + np.einsum("kd,kd->k", U[pos], V[hj]) - hr) ** 2)))
     return min(scores, key=scores.get), scores
 
@@ -333,7 +339,7 @@ def _fit(self: XinPublicPrivate, train: Ratings, progress: bool = False) -> Fact
     if weight is None:
         weight, scores = self._validate(rows, m, pub, priv, scale, lo, hi, progress) if self.mode not in ("local", "full-em") else (0.5, None)
     mu, V, history = self._run(rows, m, pub, priv, weight, scale, lo, hi, progress)
-    Uall = e_step(V, mu, rows, np.arange(train.n_users), self.lam)
+    Uall = e_step(V, mu, rows, np.arange(train.n_users), self.reg)
     return Factors(U=Uall, V=V, user_bias=np.zeros(train.n_users), item_bias=mu, mean=0.0, history=history,
                    privacy=self.report(m), params=dict(n_public=len(pub), n_responses=len(priv) if self.mode != "local" else 0,
                                                        weight=weight, validation=scores))

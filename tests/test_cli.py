@@ -177,9 +177,12 @@ def test_human_output_states_the_privacy_scope():
     p = dpmf("fit", "hua", "--dataset", SMALL, "--set", "d=4")
     assert p.returncode == 0, p.stderr
     line = next(l for l in p.stdout.splitlines() if l.strip().startswith("privacy"))
-    assert "(1, 0)-DP per rating (scope: for V given U, where U is trained non-privately" in line and "not epsilon-DP" in line
+    assert line.startswith("privacy: (1, 0)-DP per rating, released V; scope: for V given U"), line
     rep = json.loads(dpmf("fit", "hua", "--dataset", SMALL, "--set", "d=4", "--json").stdout)
-    assert rep["privacy"]["scope"] and rep["privacy"]["summary"] in p.stdout
+    assert "(1, 0)-DP per rating (scope: for V given U, where U is trained non-privately" in rep["privacy"]["summary"]
+    assert "not epsilon-DP" in rep["privacy"]["summary"]
+    wide = dpmf("fit", "hua", "--dataset", SMALL, "--set", "d=4", env={"COLUMNS": "200"}).stdout
+    assert "for V given U, where U is trained non-privately on the same ratings" in wide   # a wide terminal shows more of it
 
 
 def test_fit_help_lists_every_mechanism_and_its_parameters():
@@ -235,3 +238,159 @@ def test_bench_rank_option_is_not_mistaken_for_a_global_abbreviation(capsys):
     from dpmf_lit.cli import build_parser
     args = build_parser().parse_args(["bench", "--quick", "--d", "8", "16"])
     assert args.ds == [8, 16]
+
+
+# ---------------------------------------------------------------- a newcomer's paths: own data, one mechanism's help, short reports
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _own_csv(path, duplicate=True):
+    "A MovieLens-20M-style ratings file of 30 users x 20 items, with one repeated (user, item) pair at the end."
+    rows = "".join(f"{u},{i},{(u * i) % 5 + 1},0\n" for u in range(30) for i in range(20))
+    path.write_text("userId,movieId,rating,timestamp\n" + rows + ("3,4,5,0\n" if duplicate else ""))
+    return path
+
+
+def test_fit_on_a_ratings_file_of_ones_own(tmp_path):
+    mine = _own_csv(tmp_path / "mine.csv")
+    p = dpmf("fit", "pmf", "--dataset", mine, "--json")
+    assert p.returncode == 2 and p.stdout == "" and "dpmf fit --on-duplicate first" in p.stderr, p.stderr
+    assert "--set" not in p.stderr                        # the hint names an option the command line accepts
+    p = dpmf("fit", "pmf", "--dataset", "mine.csv", "--on-duplicate", "last", "--json", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    assert rep["dataset"] == "mine.csv" and rep["n_train"] + rep["n_test"] == 600
+    (tmp_path / "r3.txt").write_text("".join(f"{u}\t{i}\t{(u + i) % 5 + 1}\n" for u in range(20) for i in range(10)))
+    p = dpmf("fit", "pmf", "--dataset", tmp_path / "r3.txt", "--json")
+    assert p.returncode == 2 and "--format" in p.stderr and "yahoo-r3" in p.stderr, p.stderr
+    p = dpmf("fit", "pmf", "--dataset", tmp_path / "r3.txt", "--format", "yahoo-r3", "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)["n_test"] == 40, p.stderr
+
+
+def test_bad_file_arguments_are_named(tmp_path):
+    (tmp_path / "folder.csv").mkdir()
+    (tmp_path / "afile").write_text("x")
+    for args, message in [(("fit", "pmf", "--dataset", tmp_path / "folder.csv"), "is a folder, not a ratings file"),
+                          (("fit", "pmf", "--dataset", tmp_path / "nothere.csv"), "nothere.csv': no such file"),
+                          (("fit", "pmf", "--dataset", SMALL, "--on-duplicate", "first"), "not for the generated dataset"),
+                          (("fit", "pmf", "--dataset", "ml-100k", "--format", "movielens-csv"), "is for a ratings file"),
+                          (("fit", "pmf", "--dataset", SMALL, "--format", "csv"), "argument --format: invalid choice"),
+                          (("fit", "pmf", "--dataset", SMALL, "--on-duplicate", "mean"), "argument --on-duplicate"),
+                          (("fit", "nosuchmech", "--help"), "mechanism='nosuchmech' is not registered"),
+                          (("--settings", tmp_path, "data", "list"), "--settings"),
+                          (("--data-dir", tmp_path / "afile", "data", "list"), "--data-dir"),
+                          (("--figures-dir", tmp_path / "afile", "fit", "pmf", "--dataset", SMALL), "is a file, not a folder")]:
+        p = dpmf(*args)
+        assert p.returncode == 2 and p.stderr.strip().splitlines()[-1].startswith("dpmf: error:"), (args, p.stderr)
+        assert message in p.stderr and "Traceback" not in p.stderr and "Errno" not in p.stderr, (args, p.stderr)
+
+
+def test_one_mechanisms_help_lists_its_parameters_alone():
+    from dpmf_lit.mechanism import mechanisms
+    found = mechanisms()
+    whole = dpmf("fit", "--help").stdout
+    assert "dpmf fit NAME --help" in whole
+    for name, cls in found.items():
+        p = dpmf("fit", name, "--help")
+        assert p.returncode == 0 and p.stdout.startswith(f"usage: dpmf fit {name}"), p.stderr
+        assert len(p.stdout.splitlines()) < len(whole.splitlines()) / 4, name
+        for k, default, doc in cls.parameter_docs():
+            assert f"\n  {k}=" in p.stdout and doc in p.stdout, (name, k)
+        others = [o for o in found if o != name and f"\n{o}: " in "\n" + p.stdout]
+        assert not others, (name, others)
+
+
+@pytest.mark.parametrize("mech", ["gauss", "hua", "sgld", "xin"])
+def test_printed_report_fits_two_screen_lines(mech):
+    p = dpmf("fit", mech, "--dataset", SMALL, env={"COLUMNS": "80"})
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert len(lines) == 2 and max(map(len, lines)) <= 80, p.stdout
+    assert "test RMSE" in lines[0] and lines[1].startswith("privacy: ")
+    rep = json.loads(dpmf("fit", mech, "--dataset", SMALL, "--json").stdout)
+    assert rep["privacy"]["summary"] and rep["parameters"]
+
+
+def test_json_run_shows_progress_on_a_terminal(monkeypatch, capsys):
+    from dpmf_lit import cli
+    seen = {}
+    def spy(*a, **k):
+        seen.update(k)
+        return {"mechanism": "pmf"}
+    monkeypatch.setattr(cli, "fit_report", spy)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert cli.main(["fit", "pmf", "--dataset", SMALL, "--json"]) == 0
+    assert seen["progress"] is True and json.loads(capsys.readouterr().out) == {"mechanism": "pmf"}
+
+
+def test_compile_time_is_reported_apart(tmp_path):
+    rep = json.loads(dpmf("fit", "pmf", "--dataset", SMALL, "--json").stdout)
+    assert 0 <= rep["compile_seconds"] <= rep["fit_seconds"]
+    from numba import njit
+    from dpmf_lit.cli import numba_compile_seconds
+    @njit
+    def twice(x): return 2 * x
+    with numba_compile_seconds() as first: twice(1.5)
+    with numba_compile_seconds() as again: twice(2.5)
+    assert first() > 0 and again() == 0
+
+
+def test_every_numba_kernel_is_cached_on_disk():
+    "A kernel compiled anew in every process would put seconds of compilation into each first fit."
+    import importlib, pkgutil, dpmf_lit
+    from numba.core.caching import NullCache
+    from numba.core.registry import CPUDispatcher
+    seen = 0
+    for m in pkgutil.iter_modules(dpmf_lit.__path__):
+        mod = importlib.import_module(f"dpmf_lit.{m.name}")
+        for name, obj in vars(mod).items():
+            if isinstance(obj, CPUDispatcher) and obj.__module__ == mod.__name__ and obj.targetoptions.get("inline", "never") != "always":
+                seen += 1
+                assert not isinstance(obj._cache, NullCache), f"{mod.__name__}.{name} lacks cache=True"
+    assert seen > 20
+
+
+def _settings_with(tmp_path, extra: str) -> Path:
+    ini = tmp_path / "settings.ini"
+    ini.write_text((ROOT / "settings.ini").read_text() + extra)
+    return ini
+
+
+def test_data_list_columns_stay_aligned_with_long_names(tmp_path):
+    ini = _settings_with(tmp_path, "\n[dataset:my-own-ratings-with-a-long-name]\nfiles = r.csv\nformat = movielens-csv\n"
+                                   "n_ratings = 3\nlicense = mine\nauto = no\n")
+    p = dpmf("--settings", ini, "--data-dir", tmp_path / "d", "data", "list")
+    assert p.returncode == 0, p.stderr
+    header, *rows = p.stdout.splitlines()
+    for col in ("cached", "fetch", "checksum", "source"):
+        at = header.index(col)
+        assert all(r[at - 1] == " " and r[at] != " " for r in rows), (col, p.stdout)
+    ml1m = next(r for r in rows if r.startswith("ml-1m "))
+    assert ml1m.split()[5] == "none" and next(r for r in rows if r.startswith("ml-100k ")).split()[5] == "sha256"
+
+
+def test_fetch_says_what_it_could_verify(tmp_path):
+    "A data set whose settings.ini section has no checksum is not called verified."
+    ini = _settings_with(tmp_path, "\n[dataset:mine]\nfiles = r.csv\nformat = movielens-csv\nn_ratings = 600\n"
+                                   "license = mine\nauto = no\n")
+    (tmp_path / "d" / "mine").mkdir(parents=True)
+    _own_csv(tmp_path / "d" / "mine" / "r.csv", duplicate=False)
+    p = dpmf("--settings", ini, "--data-dir", tmp_path / "d", "data", "fetch", "mine")
+    assert p.returncode == 0, p.stderr
+    assert "count verified, no checksum in settings.ini" in p.stdout and ", verified," not in p.stdout
+
+
+def test_a_folder_where_a_data_file_belongs(tmp_path):
+    (tmp_path / "ml-1m" / "ml-1m" / "ratings.dat").mkdir(parents=True)
+    (tmp_path / "ml-100k" / "ratings.tsv").mkdir(parents=True)
+    rows = {r["name"]: r for r in json.loads(dpmf("--data-dir", tmp_path, "data", "list", "--json").stdout)}
+    assert rows["ml-1m"]["cached"] is False and rows["ml-100k"]["cached"] is False
+    for name in ("ml-1m", "ml-100k"):
+        p = dpmf("--data-dir", tmp_path, "data", "fetch", name)
+        assert p.returncode == 2 and "is a folder" in p.stderr and "Errno" not in p.stderr, p.stderr
+        assert "trying" not in p.stderr                      # refused before any download
+
+
+def test_python_m_runs_the_command():
+    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli", "fit", "pmf", "--help"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.startswith("usage: dpmf fit pmf"), p.stderr

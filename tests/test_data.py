@@ -229,7 +229,8 @@ def test_duplicates_in_a_file_are_refused(tmp_path):
     with pytest.raises(ValueError) as e:
         load_movielens_dat(f)
     assert f"duplicate (user, item) pair (user=1, item=2) at line 1 of {f} and line 2 of {f}" in str(e.value)
-    assert "pass on_duplicate='first' or 'last' (an argument of Ratings.from_ids, of every loader and of load_dataset)" in str(e.value)
+    assert "pass on_duplicate='first' or 'last' (an argument of Ratings.from_ids, of every loader, of load_dataset" in str(e.value)
+    assert "on the command line: dpmf fit --on-duplicate first" in str(e.value)
 
 
 @pytest.mark.parametrize("loader, dataset, url", [
@@ -752,3 +753,19 @@ def test_available_memory_reads_meminfo():
     have = SY.available_memory()
     total = int(next(l for l in open("/proc/meminfo") if l.startswith("MemTotal:")).split()[1]) * 1024
     assert have is not None and 0 < have <= total
+
+
+def test_a_file_of_ones_own_is_read_by_its_extension(tmp_path):
+    from dpmf_lit.data import check_file, is_ratings_path, load_file
+    write(tmp_path / "u.data", "1\t2\t3\t0\n2\t2\t5\t0\n")
+    write(tmp_path / "mine.dat", "1::2::3::0\n1::2::4::0\n")
+    write(tmp_path / "anime.csv", "user_id,anime_id,rating\n1,2,9\n1,3,-1\n")
+    write(tmp_path / "nf.txt", "7:\n1,3,2005-01-01\n")
+    assert [check_file(tmp_path / n) for n in ("u.data", "mine.dat", "anime.csv", "nf.txt")] == \
+           ["movielens-100k", "movielens-dat", "anime-csv", "netflix-combined"]
+    r = load_file(tmp_path / "mine.dat", on_duplicate="first")
+    assert r.name == str(tmp_path / "mine.dat") and r.rating.tolist() == [3.0]
+    assert load_file(tmp_path / "anime.csv", keep_unrated=True).rating.tolist() == [9.0, -1.0]
+    with pytest.raises(ValueError, match="takes options"): check_file(tmp_path / "u.data", keep_unrated=True)
+    with pytest.raises(IsADirectoryError, match="is a folder, not a ratings file"): load_file(tmp_path)
+    assert is_ratings_path(tmp_path / "u.data") and is_ratings_path("x.tsv") and not is_ratings_path("ml-1m")

@@ -138,7 +138,7 @@ def test_hua_mechanism_end_to_end(split):
     np.testing.assert_array_equal(fit.V, HuaDPMF(epsilon=1.0, d=5, seed=0).fit(tr).V)      # deterministic
     assert not np.array_equal(fit.V, HuaDPMF(epsilon=1.0, d=5, seed=1).fit(tr).V)
     pmf = PMF(d=5, epochs=20, solver="als", reg=0.1, bias=False, seed=0).fit(tr)
-    mae = lambda model: float(np.abs(te.rating - model.predict(te.user, te.item)).mean())
+    mae = lambda model: float(np.abs(te.rating - model.predict_codes(te.user, te.item)).mean())
     errs = [mae(HuaDPMF(epsilon=e, d=5, seed=0).fit(tr, U=pmf.U)) for e in (0.05, 1.0, 1e9)]
     assert errs[0] > errs[1] > errs[2]
     assert HuaDPMF(epsilon=1.0, noise_multiplier=2.0).report(tr).epsilon == 0.5
@@ -151,7 +151,7 @@ def test_hua_gd_solver_agrees_with_closed_form(split):
     h = HuaDPMF(epsilon=1.0, d=4, seed=2)
     eta = h.noise_for(tr)
     closed = h.fit(tr, U=U, eta=eta).V
-    gd = HuaDPMF(epsilon=1.0, d=4, seed=2, solver="gd", gd_iters=4000).fit(tr, U=U, eta=eta).V
+    gd = HuaDPMF(epsilon=1.0, d=4, seed=2, solver="gd", epochs=4000).fit(tr, U=U, eta=eta).V
     assert np.abs(closed - gd).max() < 1e-3
 
 
@@ -225,7 +225,7 @@ def test_scenario3_recommender_recovers_each_raters_rating_times_profile():
         np.testing.assert_allclose(eta, run.users.noise_total(r.n_items)[j], atol=1e-5)
     everyone = run_protocol(r, U, 1.0, reg=5.0, iters=30, scenario=3, seed=2, recommender_cls=ZeroProbeRecommender)
     with pytest.raises(ValueError, match="do not separate"): online_set_attack(everyone, 0)   # static group: no leak this way
-    fit = HuaProtocol(epsilon=1.0, d=4, iters=5, scenario=3, p_online=0.7, pmf_epochs=3).fit(r)
+    fit = HuaProtocol(epsilon=1.0, d=4, epochs=5, scenario=3, p_online=0.7, pmf_epochs=3).fit(r)
     assert "no DP guarantee against the recommender" in fit.privacy.notes
 
 
@@ -313,13 +313,13 @@ def test_protocol_bad_inputs(small):
 
 def test_hua_protocol_mechanism_and_cli_report(split):
     tr, te = split
-    fit = HuaProtocol(epsilon=1.0, d=4, iters=30, sparse_items="drop").fit(tr)
+    fit = HuaProtocol(epsilon=1.0, d=4, epochs=30, sparse_items="drop").fit(tr)
     assert fit.privacy.released == ("V",) and fit.privacy.epsilon == 1.0 and "knows H" in fit.privacy.notes
     assert get_mechanism("hua-protocol") is HuaProtocol
     few = tr.take(np.flatnonzero(tr.item != 3))                                   # item 3: no rater; item 4: one rater
     few = few.take(np.r_[np.flatnonzero(few.item != 4), np.flatnonzero(few.item == 4)[:1]])
-    with pytest.raises(ValueError, match="fewer than k=2 raters"): HuaProtocol(d=4, iters=2).fit(few)
-    dropped = HuaProtocol(d=4, iters=5, sparse_items="drop").fit(few)
+    with pytest.raises(ValueError, match="fewer than k=2 raters"): HuaProtocol(d=4, epochs=2).fit(few)
+    dropped = HuaProtocol(d=4, epochs=5, sparse_items="drop").fit(few)
     assert not dropped.V[[3, 4]].any() and dropped.V.shape == (tr.n_items, 4) and dropped.V[0].any()
     from dpmf_lit.cli import fit_report
     rep = fit_report("hua", "synthetic:n_users=200,n_items=100,n_ratings=5000", {"epsilon": 1.0, "d": 4})
@@ -343,10 +343,10 @@ def test_sparse_items_drop_covers_the_online_check_at_setup():
     assert_recommender_blind(run)
     # the ratings of dropped items are never sent: no masked gradient of a dropped item reaches the third party
     assert not np.isin(run.users._item[run.users._has_piece], run.dropped).any()
-    fit = HuaProtocol(epsilon=1.0, d=4, iters=5, scenario=3, p_online=0.5, pmf_epochs=3, sparse_items="drop").fit(r)
+    fit = HuaProtocol(epsilon=1.0, d=4, epochs=5, scenario=3, p_online=0.5, pmf_epochs=3, sparse_items="drop").fit(r)
     assert fit.history[-1]["dropped_at_setup"] > 0 and "online at set-up" in fit.privacy.notes
     with pytest.raises(ValueError, match="sparse_items='drop'"):
-        HuaProtocol(epsilon=1.0, d=4, iters=5, scenario=3, p_online=0.5, pmf_epochs=3).fit(r)
+        HuaProtocol(epsilon=1.0, d=4, epochs=5, scenario=3, p_online=0.5, pmf_epochs=3).fit(r)
     with pytest.raises(ValueError, match="sparse_items='keep'"): run_protocol(r, U, 1.0, sparse_items="keep")
 
 
@@ -358,7 +358,7 @@ def test_protocol_progress_bar(capsys):
     assert "hua-protocol" not in capsys.readouterr().err
     run_protocol(r, U, 1.0, iters=4, scenario=2, seed=0, progress=True)
     assert "hua-protocol S2" in capsys.readouterr().err
-    HuaProtocol(d=3, iters=4, pmf_epochs=2, sparse_items="drop").fit(r, progress=True)
+    HuaProtocol(d=3, epochs=4, pmf_epochs=2, sparse_items="drop").fit(r, progress=True)
     assert "hua-protocol S2" in capsys.readouterr().err
 
 
@@ -480,4 +480,4 @@ def test_protocol_refuses_an_epsilon_whose_noise_the_codec_cannot_encode():
     from dpmf_lit.data import synthetic
     r = synthetic(n_users=40, n_items=10, n_ratings=300, seed=0)
     with pytest.raises(ValueError, match=r"^epsilon=1e-300 gives noise of scale .* raise epsilon"):
-        HuaProtocol(epsilon=1e-300, d=2, iters=1, pmf_epochs=1).fit(r)
+        HuaProtocol(epsilon=1e-300, d=2, epochs=1, pmf_epochs=1).fit(r)

@@ -1,14 +1,14 @@
 """What every registered mechanism must do, checked on every mechanism the package registers
 (found by `dpmf_lit.mechanism.mechanisms()`, so a new paper's mechanism is covered without editing
 this file), and a throw-away mechanism module that proves the discovery path end to end."""
-import inspect, json, math, os, subprocess, sys, uuid
+import dataclasses, inspect, json, math, os, subprocess, sys, uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import dpmf_lit
-from dpmf_lit.mechanism import FittedModel, Mechanism, PrivacyReport, mechanisms
+from dpmf_lit.mechanism import VOCABULARY, FittedModel, Mechanism, PrivacyReport, get_mechanism, mechanisms
 from dpmf_lit.testing import small_split
 
 MECHANISMS = mechanisms()
@@ -58,11 +58,12 @@ def test_fit_and_predict(name, split):
     assert isinstance(fit, FittedModel) and fit.mechanism == name and fit.fit_seconds > 0
     assert fit.U.shape == (train.n_users, fit.d) and fit.V.shape == (train.n_items, fit.d)
     assert fit.U.dtype == np.float32 and fit.V.dtype == np.float32
-    assert set(fit.params) >= set(MECHANISMS[name].parameter_names())
-    p = fit.predict(test.user, test.item)
+    unused = {k for k, (other, values) in MECHANISMS[name].applies.items() if fit.params.get(other) not in values}
+    assert set(fit.params) >= set(MECHANISMS[name].parameter_names()) - unused and not unused & set(fit.params)
+    p = fit.predict_codes(test.user, test.item)
     assert p.shape == (len(test),) and p.dtype == np.float32 and np.isfinite(p).all()
     assert p.min() >= train.rating_min and p.max() <= train.rating_max   # FittedModel clips to the rating range
-    out = fit.predict(test.user[:0], test.item[:0])
+    out = fit.predict_codes(test.user[:0], test.item[:0])
     assert out.shape == (0,)
 
 
@@ -124,7 +125,7 @@ def test_bad_parameters_are_refused_by_name(name, key, value):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_unknown_parameter_is_refused_by_name(name):
-    with pytest.raises(ValueError, match=r"colour='red'.*no parameter 'colour'; known: "):
+    with pytest.raises(ValueError, match=r"colour='red'.*no parameter 'colour' \(known: "):
         build(name, colour="red")
 
 
@@ -146,7 +147,7 @@ def test_a_tiny_epsilon_never_gives_a_nan_model(name, split):
         except ValueError as e:
             assert any(f"{k}=" in str(e) for k in names), str(e)
             continue
-        assert np.isfinite(fit.U).all() and np.isfinite(fit.V).all() and np.isfinite(fit.predict(test.user, test.item)).all()
+        assert np.isfinite(fit.U).all() and np.isfinite(fit.V).all() and np.isfinite(fit.predict_codes(test.user, test.item)).all()
 
 
 # ---------------------------------------------------------------- a new mechanism module, discovered
@@ -213,3 +214,49 @@ def test_a_new_mechanism_module_is_fitted_listed_and_tested(tmp_path):
         module.unlink(missing_ok=True)
         for cached in (pkg / "__pycache__").glob(f"_tmp_mech_{tag}.*"): cached.unlink(missing_ok=True)
     assert before is None or _git_status(root) == before
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_parameters_speak_the_one_vocabulary(name):
+    """Every parameter name is in VOCABULARY (one meaning everywhere); a paper's name is accepted only as a declared
+    alias of one of the mechanism's parameters, and never shadows a vocabulary name (which would give it two meanings)."""
+    cls = MECHANISMS[name]
+    outside = [k for k in cls.parameter_names() if k not in VOCABULARY]
+    assert not outside, f"{name}: {outside} are not in dpmf_lit.mechanism.VOCABULARY: use its name, or add the new idea there, or declare a paper alias"
+    for alias, k in cls.aliases.items():
+        assert k in cls.parameter_names() and alias not in VOCABULARY, (name, alias, k)
+    for k, (other, values) in cls.applies.items():
+        assert k in cls.parameter_names() and other in cls.parameter_names() and values, (name, k, other)
+
+
+def test_the_vocabulary_has_no_unused_names():
+    used = {k for cls in MECHANISMS.values() for k in cls.parameter_names()}
+    assert set(VOCABULARY) - used == set(), "names in VOCABULARY that no mechanism declares"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_options_are_keyword_only_with_a_short_repr_and_get_set_params(name):
+    cls = MECHANISMS[name]
+    with pytest.raises(ValueError, match="takes its parameters by keyword only"): cls(1)
+    m = build(name)
+    assert repr(m).startswith(type(m).__name__ + "(") and len(repr(m)) < 200
+    before = m.get_params()
+    assert m.set_params(seed=5) is m and m.get_params() == {**before, "seed": 5}
+    with pytest.raises(ValueError, match="seed=-1"): m.set_params(seed=-1)
+    assert m.seed == 5
+    assert get_mechanism(cls.__name__) is cls and get_mechanism(cls.name) is cls   # the CLI name from the class and back
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_validation_data_under_one_keyword_and_predict_by_ids(name, split):
+    train, test = split
+    fit = build(name).fit(train, valid=test)
+    assert fit.valid_rmse is not None and math.isfinite(fit.valid_rmse) and len(repr(fit)) < 160
+    with pytest.raises(ValueError, match="valid must be Ratings"): build(name).fit(train, True)
+    with pytest.raises(ValueError, match="takes no 'test'; validation data is valid="): build(name).fit(train, test=test)
+    # MovieLens-like ids: users 1..n, items 10, 20, ...; predict takes them, predict_codes the 0-based codes
+    named = dataclasses.replace(train, user_ids=np.arange(1, train.n_users + 1), item_ids=10 * np.arange(1, train.n_items + 1))
+    fit = build(name).fit(named)
+    u, i = test.user[:50], test.item[:50]
+    np.testing.assert_array_equal(fit.predict(u + 1, 10 * (i + 1)), fit.predict_codes(u, i))
+    with pytest.raises(ValueError, match="user id"): fit.predict(0, 10)

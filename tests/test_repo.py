@@ -129,3 +129,15 @@ def test_the_privacy_toolkit_does_not_depend_on_matrix_factorization():
         return out
     assert not closure("privacy") & {"mf", "mechanism", "kernels"}, closure("privacy")
     assert not closure("stats") - {"checks"}, closure("stats")   # shared statistics sit at the bottom
+
+
+def test_what_a_build_leaves_in_the_clone_is_ignored():
+    "`pip install .` leaves setuptools' build folder (not build/, the batch's outputs) and the egg-info, both git-ignored."
+    import configparser
+    cfg = configparser.ConfigParser(); cfg.read(ROOT / "setup.cfg")
+    base = cfg.get("build", "build_base")
+    assert base.strip("./") != "build"
+    if not (ROOT / ".git").exists(): pytest.skip("not a git clone")
+    for leftover in (f"{base}/lib/dpmf_lit/cli.py", "dpmf_lit.egg-info/PKG-INFO"):
+        p = subprocess.run(["git", "check-ignore", "-q", leftover], cwd=ROOT)
+        assert p.returncode == 0, f"{leftover} is not ignored by .gitignore"

@@ -95,7 +95,7 @@ def test_a_bad_run_setting_blocks_only_what_uses_it(elsewhere, monkeypatch, caps
 def _build_wheel(dist: Path) -> Path:
     "Build the wheel from a copy of the project (the build must not write into the clone)."
     src = dist.parent / "src"; src.mkdir()
-    for name in ("pyproject.toml", "settings.ini", "README.md"):
+    for name in ("pyproject.toml", "setup.cfg", "settings.ini", "README.md"):
         shutil.copy(ROOT / name, src / name)
     shutil.copytree(ROOT / "dpmf_lit", src / "dpmf_lit", ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc"))
     cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(dist), str(src)]
@@ -107,6 +107,8 @@ def _build_wheel(dist: Path) -> Path:
     if r.returncode and ("Could not find a version" in r.stderr or "NewConnectionError" in r.stderr or "No matching distribution" in r.stderr):
         pytest.skip(f"cannot build a wheel here (setuptools>=77 neither installed nor downloadable): {r.stderr[-300:]}")
     assert r.returncode == 0, r.stderr
+    assert not (src / "build").exists(), "setuptools built in build/, the batch's output folder"
+    assert (src / ".setuptools-build").is_dir()
     (wheel,) = dist.glob("dpmf_lit-*.whl")
     return wheel
 

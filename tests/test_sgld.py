@@ -215,7 +215,7 @@ def test_local_fit_is_ridge_on_the_users_own_ratings():
 @pytest.mark.parametrize("bad, msg", [
     (dict(epsilon=0), "epsilon=0"), (dict(epsilon=-1.0), "epsilon=-1"), (dict(tau=0), "tau=0"),
     (dict(weights=[0.2, -0.1]), r"weights\[1\]=-0.1"), (dict(weights=1.5), r"weights\[0\]=1.5"),
-    (dict(d=16, table_size=33), "table_size=33"), (dict(step=0), "step=0"), (dict(step=-1e-3), "step=-0.001"),
+    (dict(d=16, table_size=33), "table_size=33"), (dict(lr=0), "lr=0"), (dict(lr=-1e-3), "lr=-0.001"),
     (dict(neighbouring="swap"), "neighbouring='swap'"), (dict(noise="pink"), "noise='pink'"),
 ])
 def test_bad_input_named(bad, msg):
@@ -224,5 +224,5 @@ def test_bad_input_named(bad, msg):
 
 def test_public_offset_outside_the_rating_range_is_refused_before_work():
     r = synthetic(50, 20, 500, seed=0)
-    with pytest.raises(ValueError, match="mu=100"):
-        SGLD(mu=100.0, d=2, epochs=1).fit(r)
+    with pytest.raises(ValueError, match="mean=100"):
+        SGLD(mean=100.0, d=2, epochs=1).fit(r)

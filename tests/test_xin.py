@@ -103,14 +103,14 @@ def test_bad_input():
     with pytest.raises(ValueError, match="K=1"): pmd_candidates(np.ones(4), mu, S[:1], np.random.default_rng(0))
     with pytest.raises(ValueError, match="off the discrete scale"): pmd_candidates(np.array([1, 2, 3.5, 4]), mu, S, np.random.default_rng(0))
     with pytest.raises(ValueError, match="discrete scale"):
-        XinPublicPrivate(mode="pmd", n_private=5, d=3, em_iters=2).fit(synthetic(50, 30, 600, rating_levels=41))
+        XinPublicPrivate(mode="pmd", n_private=5, d=3, epochs=2).fit(synthetic(50, 30, 600, rating_levels=41))
 
 
 def test_modes_fit_and_report(split):
     tr, te = split
     for mode in MODES:
-        f = get_mechanism("xin")(public=0.2, d=4, lam=2.0, em_iters=4, mode=mode, n_private=40).fit(tr)
-        rmse = float(np.sqrt(np.mean((f.predict(te.user, te.item) - te.rating) ** 2)))
+        f = get_mechanism("xin")(public=0.2, d=4, lam=2.0, epochs=4, mode=mode, n_private=40).fit(tr)
+        rmse = float(np.sqrt(np.mean((f.predict_codes(te.user, te.item) - te.rating) ** 2)))
         assert rmse < 1.3, (mode, rmse)
         rep = f.privacy
         if mode == "laplace":
@@ -236,13 +236,13 @@ def test_holdout_rows(small):
 
 def test_weight_by_validation(split):
     tr, _ = split
-    f = XinPublicPrivate(public=0.2, d=4, lam=0.03, em_iters=4, mode="sslp", epsilon=5.0, n_private=40, weight=None).fit(tr, progress=True)
+    f = XinPublicPrivate(public=0.2, d=4, lam=0.03, epochs=4, mode="sslp", epsilon=5.0, n_private=40, weight=None).fit(tr, progress=True)
     scores = f.params["validation"]
     assert set(scores) == set(WEIGHTS) and f.params["weight"] == min(scores, key=scores.get)
     assert scores[1e-5] < scores[0.5]   # SSLP's huge responses must weigh little
-    g = XinPublicPrivate(public=0.2, d=4, lam=0.03, em_iters=4, mode="sslp", epsilon=5.0, n_private=40, weight=f.params["weight"]).fit(tr)
+    g = XinPublicPrivate(public=0.2, d=4, lam=0.03, epochs=4, mode="sslp", epsilon=5.0, n_private=40, weight=f.params["weight"]).fit(tr)
     np.testing.assert_allclose(f.V, g.V)   # the refit is the run at the chosen weight
-    assert XinPublicPrivate(public=0.2, d=4, em_iters=2, weight=None).fit(tr).params["validation"] is None   # local: no weight
+    assert XinPublicPrivate(public=0.2, d=4, epochs=2, weight=None).fit(tr).params["validation"] is None   # local: no weight
 
 
 # ---------------------------------------------------------------- paper profile on an ML-10M-format fixture
@@ -275,15 +275,15 @@ def test_paper_profile_on_an_ml10m_fixture(tmp_path):
     p = prof["xin-private-users"]["parameters"]
     train, test = holdout_per_user(r, n_test=10, seed=0)
     n_rated = int((np.bincount(train.user) > 0).sum())
-    rmse = lambda f: float(np.sqrt(np.mean((f.predict(test.user, test.item) - test.rating) ** 2)))
+    rmse = lambda f: float(np.sqrt(np.mean((f.predict_codes(test.user, test.item) - test.rating) ** 2)))
     out = {}
     for mode in ("local", "pmd", "pmc", "laplace", "sslp", "exact", "full-em"):
-        f = XinPublicPrivate(public=(p["n_public"] - 0.5) / n_rated, d=p["d"], lam=p["lam"], em_iters=p["em_iters"],
+        f = XinPublicPrivate(public=(p["n_public"] - 0.5) / n_rated, d=p["d"], lam=p["lam"], epochs=p["em_iters"],
                              mode=mode, n_private=max(p["private"]), seed=p["seed"]).fit(train)
         assert f.params["n_public"] == p["n_public"] and f.params["n_responses"] == (0 if mode == "local" else max(p["private"]))
         out[mode] = rmse(f)
     assert all(np.isfinite(v) and v < 2.0 for v in out.values()), out
     q = prof["xin-public-share"]["parameters"]
     for s in q["shares"]:
-        f = XinPublicPrivate(public=s, d=q["d"], lam=q["lam"], em_iters=2, seed=q["seed"]).fit(train)
+        f = XinPublicPrivate(public=s, d=q["d"], lam=q["lam"], epochs=2, seed=q["seed"]).fit(train)
         assert np.isfinite(rmse(f))
