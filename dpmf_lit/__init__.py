@@ -34,6 +34,7 @@ Modules:
 - `dpmf_lit.stats`: The tests every paper's checks share: a sample against its law, independence, uniformity on Z_P, and exact binomial bounds for audits.
 - `dpmf_lit.synthetic`: A generator of rating data of any size that looks like real data: low rank plus noise, power-law item popularity, log-normal user activity, unique pairs; parallel, deterministic in the seed, and refused up front when it cannot fit in memory.
 - `dpmf_lit.testing`: Small problems and plain-numpy references of the kernels, shared by the tests and the notebooks so that no reference is typed twice.
+- `dpmf_lit.vocabulary`: Every parameter name a mechanism may declare, with its one meaning; the table of every mechanism's parameters, and each paper's symbols against them.
 - `dpmf_lit.xin`: Public users train a trace-norm model in its Σ-form; private users predict locally with Eq. 4; private users who contribute release 2nd-order information with 1st-order (element-wise) deniability: PMD and PMC. Element-wise deniability is **not** differential privacy."""
 
 __version__ = "0.0.1"

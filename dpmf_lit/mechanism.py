@@ -10,7 +10,6 @@ import difflib, functools, importlib, importlib.util, inspect, math, os, pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
-import pandas as pd
 from fastcore.basics import patch
 from fastcore.docments import docments
 from .checks import Check, check_bool, show
@@ -20,8 +19,8 @@ from .kernels import predict_kernel
 from .privacy import PrivacyReport
 
 # %% auto #0
-__all__ = ['VOCABULARY', 'ITERATIONS', 'MAX_WORK', 'MECHANISMS', 'ENTRY_POINT_GROUP', 'FittedModel', 'Factors', 'Mechanism',
-           'register_mechanism', 'mechanism_modules', 'mechanisms', 'get_mechanism', 'parameter_table', 'paper_names']
+__all__ = ['ITERATIONS', 'MAX_WORK', 'MECHANISMS', 'ENTRY_POINT_GROUP', 'FittedModel', 'Factors', 'Mechanism',
+           'register_mechanism', 'mechanism_modules', 'mechanisms', 'get_mechanism']
 
 # %% ../nbs/01b_mechanism.ipynb #0d8b6aa4
 @dataclass(repr=False)
@@ -102,37 +101,6 @@ class Factors:
     privacy: object = field(default_factory=PrivacyReport)   # a PrivacyReport, or an accountant with report()
     params: dict = field(default_factory=dict)   # values settled during the fit (override resolved_params())
 
-# %% ../nbs/01b_mechanism.ipynb #4589b6b3
-VOCABULARY: dict = {   # every parameter name a mechanism may declare, with its one meaning
-    "d": "rank of the factors U and V", "epsilon": "ε of the guarantee the privacy report states, for its unit",
-    "delta": "δ of that guarantee", "epochs": "iterations of the main loop (passes, gradient steps, protocol or EM rounds)",
-    "lr": "step size", "lr_decay": "factor on the step after each epoch", "lr_exponent": "the step decays as (1 + t)^-lr_exponent",
-    "reg": "regularisation λ", "reg_u": "regularisation of U", "reg_v": "regularisation of V", "reg_bias": "regularisation (prior precision) of the biases",
-    "reg_local": "ridge λ of a user's local fit", "threads": "threads to run (None: 1)", "seed": "seed of every random draw",
-    "solver": "how the (main) minimisation is solved", "noise": "how the noise is drawn", "max_norm": "L2 bound rows are clipped to",
-    "pmf_solver": "solver of the plain MF inside", "pmf_epochs": "epochs of the plain MF inside", "pmf_reg": "regularisation of the plain MF inside",
-    "pmf_lr": "step size of the plain MF inside", "init_std": "standard deviation of the initial factors", "bias": "fit the mean and biases",
-    "layout": "visit order inside a block", "blocks": "G of the G x G block grid", "noise_multiplier": "noise scaled by this factor",
-    # one family's own ideas
-    "step_epsilon": "ε of each step's mechanism (composed into epsilon)", "step_delta": "δ of each step's mechanism",
-    "rating_range": "bound on how far one rating's value can move", "variant": "which factors are noised and released",
-    "clip": "where rows are clipped", "normalize": "mean rather than sum gradients", "tol": "stop once the training RMSE improves less",
-    "accounting": "how the headline ε is computed", "private": "False: the same algorithm without noise (a baseline)",
-    "epsilon_c": "lowest conservative ε level", "epsilon_m": "conservative/moderate ε boundary", "epsilon_l": "the liberal ε level",
-    "f_c": "fraction of conservative ratings", "f_m": "fraction of moderate ratings", "threshold": "personalised sampling threshold",
-    "dropped": "what happens to unselected ratings", "v_init": "start of V's gradient phase", "sensitivity": "which Δ the noise is scaled to",
-    "scenario": "protocol scenario", "p_online": "probability a user is online", "k": "raters per item that carry a noise share",
-    "scale_bits": "fixed-point scale bits", "modulus_bits": "modulus bits", "encoding_bound": "declared bound on any encoded value",
-    "sparse_items": "what happens to items with too few raters", "max_ratings": "ratings kept per user, or the weight budget",
-    "likelihood_precision": "precision of the Gaussian likelihood", "prior_std": "prior standard deviation of the factors",
-    "neighbouring": "which data sets are neighbours", "constant": "how the Lipschitz-type constant K is taken",
-    "bound_by": "how the per-user bound is made to hold", "weights": "per-user weights (personalised ε)",
-    "table_size": "numbers in the Gaussian table", "mean": "public rating offset μ", "public": "share of public users",
-    "select": "how public users are chosen", "mode": "what private users send", "n_private": "private users who respond",
-    "weight": "weight of a private response", "batch": "responses between server updates", "sweeps": "passes of greedy swaps",
-    "trace": "trace norm of the public EM", "zeta": "smoothing of the weighted trace norm",
-}
-
 # %% ../nbs/01b_mechanism.ipynb #53cc9db4
 def _bytes(n: float) -> str:
     for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
@@ -146,7 +114,7 @@ def _nonfinite(out: Factors) -> list[str]:
         bad = [k for k, a in parts.items() if a is not None and not np.isfinite(np.asarray(a, np.float32)).all()]
     return bad + ([] if math.isfinite(out.mean) else ["mean"])
 
-# %% ../nbs/01b_mechanism.ipynb #0bf58fe4
+# %% ../nbs/01b_mechanism.ipynb #af3b4863
 class _Declared(type):
     "Metaclass of `Mechanism`: options are keyword-only, and a paper's alias becomes the parameter's name before the class is called."
     def __call__(cls, *args, **kwargs):
@@ -168,6 +136,7 @@ def _in_their_words(cls, msg: str, typed: dict) -> str:
         msg = re.sub(rf"(?<![\w.]){re.escape(a)}=", f"{b}=", msg)
     return msg
 
+# %% ../nbs/01b_mechanism.ipynb #260c7670
 class Mechanism(metaclass=_Declared):
     "Base class: parameters declared in `__init__`; `fit(train)` does the shared work and calls the subclass's `_fit`."
     name: str = "mechanism"
@@ -191,46 +160,52 @@ class Mechanism(metaclass=_Declared):
 
     def __init__(self, **kwargs): pass
 
-    @classmethod
-    def parameter_names(cls) -> list[str]:
-        return [k for k, p in inspect.signature(cls.__init__).parameters.items()
-                if k != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-
-    @classmethod
-    def parameter_checks(cls) -> dict:
-        "{name: Check} of the parameters whose annotation is a `Check` (`d: Int(1) = 128`)."
-        return _declared_checks(cls.__init__)
-
-    @classmethod
-    def parameter_docs(cls) -> list[tuple[str, object, str]]:
-        "(name, default, comment) of every parameter, from the signature of `__init__` (fastcore's `docments`)."
-        sig, docs = inspect.signature(cls.__init__).parameters, docments(cls.__init__, returns=False)
-        return [(k, None if sig[k].default is sig[k].empty else sig[k].default, docs.get(k) or "") for k in cls.parameter_names()]
-
-    @classmethod
-    def canonical(cls, kwargs: dict) -> dict:
-        "`kwargs` with each paper alias replaced by its parameter's name; one parameter given under two names is refused."
-        out, typed = {}, {}
-        for k, v in kwargs.items():
-            name = cls.aliases.get(k, k)
-            if name in out: raise ValueError(f"{k}={show(v)}: {name!r} is already given as {typed[name]}={show(out[name])}; give one of them")
-            out[name], typed[name] = v, k
-        return out
-
-    def params(self) -> dict:
-        "The constructor parameters and their current values."
-        return {k: getattr(self, k) for k in self.parameter_names()}
-
-    def resolved_params(self) -> dict:
-        "`params()` with defaults resolved to the values a fit uses (subclasses override)."
-        return self.params()
-
     def _fit(self, train: Ratings, progress: bool = False, **extra) -> Factors:
         raise NotImplementedError(f"{type(self).__name__} must implement _fit(train, progress, ...) -> Factors")
 
-    def __repr__(self):
-        "The class and the parameters given (as scikit-learn shows those that differ from the defaults)."
-        return f"{type(self).__name__}(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self._given) + ")"
+# %% ../nbs/01b_mechanism.ipynb #4dc69723
+@patch(cls_method=True)
+def parameter_names(cls: Mechanism) -> list[str]:
+    return [k for k, p in inspect.signature(cls.__init__).parameters.items()
+            if k != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+@patch(cls_method=True)
+def parameter_checks(cls: Mechanism) -> dict:
+    "{name: Check} of the parameters whose annotation is a `Check` (`d: Int(1) = 128`)."
+    return _declared_checks(cls.__init__)
+
+@patch(cls_method=True)
+def parameter_docs(cls: Mechanism) -> list[tuple[str, object, str]]:
+    "(name, default, comment) of every parameter, from the signature of `__init__` (fastcore's `docments`)."
+    sig, docs = inspect.signature(cls.__init__).parameters, docments(cls.__init__, returns=False)
+    return [(k, None if sig[k].default is sig[k].empty else sig[k].default, docs.get(k) or "") for k in cls.parameter_names()]
+
+# %% ../nbs/01b_mechanism.ipynb #9c6e2638
+@patch(cls_method=True)
+def canonical(cls: Mechanism, kwargs: dict) -> dict:
+    "`kwargs` with each paper alias replaced by its parameter's name; one parameter given under two names is refused."
+    out, typed = {}, {}
+    for k, v in kwargs.items():
+        name = cls.aliases.get(k, k)
+        if name in out: raise ValueError(f"{k}={show(v)}: {name!r} is already given as {typed[name]}={show(out[name])}; give one of them")
+        out[name], typed[name] = v, k
+    return out
+
+# %% ../nbs/01b_mechanism.ipynb #a1f88c23
+@patch
+def params(self: Mechanism) -> dict:
+    "The constructor parameters and their current values."
+    return {k: getattr(self, k) for k in self.parameter_names()}
+
+@patch
+def resolved_params(self: Mechanism) -> dict:
+    "`params()` with defaults resolved to the values a fit uses (subclasses override)."
+    return self.params()
+
+@patch
+def __repr__(self: Mechanism):
+    "The class and the parameters given (as scikit-learn shows those that differ from the defaults)."
+    return f"{type(self).__name__}(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self._given) + ")"
 
 # %% ../nbs/01b_mechanism.ipynb #3e7b9d14
 def _unknown(cls, k: str, kwargs: dict):
@@ -296,7 +271,7 @@ def set_params(self: Mechanism, **params) -> Mechanism:
     self.__dict__.update(new.__dict__)
     return self
 
-# %% ../nbs/01b_mechanism.ipynb #efa11902
+# %% ../nbs/01b_mechanism.ipynb #9767557f
 _OVERFLOWED = re.compile(r"(?<![\w.])-?(inf|nan)\b|overflow|diverged|converge|singular", re.I)   # a message that met an infinity or NaN
 
 def _check_memory(mech: Mechanism, train: Ratings):
@@ -311,6 +286,7 @@ def _memory_hint(mech: Mechanism, d: str) -> str:
     far = _extreme(mech)
     return f"; {far}" if far and not (d and far.startswith("d=")) else "; lower d" if d else ""
 
+# %% ../nbs/01b_mechanism.ipynb #1ef3ad19
 class _Shown(dict):
     "Parameters as a user would write them, for `overflow_hint`; a name the hint has and the fit has not shows as itself."
     def __init__(self, p: dict): super().__init__({k: show(v) for k, v in p.items()})
@@ -332,6 +308,7 @@ def _extreme(mech: Mechanism) -> str:
     if f"{way} {k}={{{k}}}" in mech.overflow_hint: return ""   # the mechanism's own hint says it
     return f"{getattr(mech, '_typed', {}).get(k, k)}={show(v)} is extreme: {way} it (default {show(ref)})"
 
+# %% ../nbs/01b_mechanism.ipynb #9fe41773
 ITERATIONS = ("epochs", "pmf_epochs", "sweeps")   # the vocabulary's iteration counts
 MAX_WORK = 1e15   # rating-by-rank updates: about 12 days at 1e9 a second; a paper-scale run (Netflix, d=128, 100 epochs) is ~1e12
 
@@ -355,6 +332,7 @@ def _check_work(mech: Mechanism, train: Ratings):
         raise ValueError(f"{typed}={show(getattr(mech, k))} on {len(train):,} ratings is about {sum(work.values()):.1e} "
                          f"multiply-adds (more than {MAX_WORK:.0e}, weeks of computing): lower {typed}")
 
+# %% ../nbs/01b_mechanism.ipynb #1ccec54b
 def _check_data(train, valid):
     if not isinstance(train, Ratings): raise ValueError(f"train must be a Ratings object, got {type(train).__name__}")
     if len(train) == 0: raise ValueError(f"train={train.name!r} is empty: nothing to fit")
@@ -377,7 +355,7 @@ def _rmse(model: "FittedModel", data: Ratings) -> float:
     err = model.predict_codes(data.user, data.item).astype(np.float64) - data.rating
     return float(np.sqrt(np.mean(err * err)))
 
-# %% ../nbs/01b_mechanism.ipynb #4410ffb4
+# %% ../nbs/01b_mechanism.ipynb #bee29422
 def _hint(mech: Mechanism, p: dict) -> str:
     return _extreme(mech) or mech.overflow_hint.format_map(_Shown(p)) or "check the parameters"
 
@@ -393,6 +371,7 @@ def _run(mech: Mechanism, train: Ratings, progress: bool, extra: dict) -> Factor
     except MemoryError as e:   # an array the estimate did not foresee (a count that sizes an array)
         raise ValueError(f"{mech.name}: out of memory ({e}); {_extreme(mech) or 'lower d or an iteration count'}") from None
 
+# %% ../nbs/01b_mechanism.ipynb #70b6701b
 @patch
 def fit(self: Mechanism, train: Ratings, valid: Ratings | None = None, *, progress: bool = False, **extra) -> FittedModel:
     "Check the data, memory and work, run `_fit` (timed), check the factors are finite, build the `FittedModel` (with `valid`'s RMSE)."
@@ -479,25 +458,3 @@ def get_mechanism(name: str):
     if name not in MECHANISMS:
         raise ValueError(f"mechanism={show(name)} is not registered; known: {sorted(MECHANISMS)}")
     return MECHANISMS[name]
-
-# %% ../nbs/01b_mechanism.ipynb #5d7ace1a
-def parameter_table(registry: dict | None = None) -> pd.DataFrame:
-    "A row per vocabulary name, a column per mechanism: its default there (`[alias]` after it: the paper's name), blank where it has none."
-    registry = mechanisms() if registry is None else registry
-    cols = {}
-    for name, cls in registry.items():
-        alias = {n: a for a, n in cls.aliases.items()}
-        cols[name] = {k: f"{show(v)}" + (f" [{alias[k]}]" if k in alias else "") for k, v, _ in cls.parameter_docs()}
-    rows = [k for k in VOCABULARY if any(k in c for c in cols.values())]
-    return pd.DataFrame({n: [c.get(k, "") for k in rows] for n, c in cols.items()}, index=rows).rename_axis("parameter")
-
-def paper_names(cls) -> str:
-    "The table 'paper symbol → parameter' (and the paper's name the class also accepts) under a paper notebook's mathematics (markdown)."
-    alias = {n: a for a, n in cls.aliases.items()}
-    names = list(cls.symbols) + [n for n in alias if n not in cls.symbols]
-    if not names: return f"`{cls.name}` declares no paper symbols: its parameters are the vocabulary's."
-    row = lambda cells: "| " + " | ".join(cells) + " |"
-    rows = [row(["paper"] + [cls.symbols.get(n, "") for n in names]), row(["---"] * (len(names) + 1)),
-            row([f"`{cls.name}`"] + [f"`{n}`" for n in names])]
-    if alias: rows.append(row(["also accepted"] + [f"`{alias[n]}`" if n in alias else "" for n in names]))
-    return "\n".join(rows)

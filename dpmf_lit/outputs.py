@@ -21,7 +21,7 @@ __all__ = ['PAPER_NOTEBOOKS', 'OUTPUTS_FILE', 'KERNEL_ENV', 'REFRESH', 'directiv
            'format_outputs_status']
 
 # %% ../nbs/92_stored_outputs.ipynb #4d5716ad
-PAPER_NOTEBOOKS = ("00f_stats", "01_mf", "01a_kernels", "01b_mechanism", "02_privacy", "03_hua_dpmf", "04_hua_protocol",
+PAPER_NOTEBOOKS = ("00f_stats", "01_mf", "01a_kernels", "01b_mechanism", "01c_vocabulary", "02_privacy", "03_hua_dpmf", "04_hua_protocol",
                    "04a_hua_attacks", "04b_fixed_point",
                    "05_pdp_pmf", "06_gaussian_mf", "07_sgld", "07a_sgld_checks", "08_public_private")
 OUTPUTS_FILE = "outputs.json"    # the stamps of the stored outputs, beside the results file

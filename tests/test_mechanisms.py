@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import dpmf_lit
-from dpmf_lit.mechanism import VOCABULARY, FittedModel, Mechanism, PrivacyReport, get_mechanism, mechanisms
+from dpmf_lit.mechanism import FittedModel, Mechanism, PrivacyReport, get_mechanism, mechanisms
+from dpmf_lit.vocabulary import VOCABULARY
 from dpmf_lit.testing import small_split
 
 MECHANISMS = mechanisms()
