@@ -15,8 +15,8 @@ __all__ = ['VOCABULARY', 'parameter_table', 'paper_names']
 
 # %% ../nbs/01c_vocabulary.ipynb #4589b6b3
 VOCABULARY: dict = {   # every parameter name a mechanism may declare, with its one meaning
-    "d": "rank of the factors U and V", "epsilon": "ε of the guarantee the privacy report states, for its unit",
-    "delta": "δ of that guarantee", "epochs": "iterations of the main loop (passes, gradient steps, protocol or EM rounds)",
+    "d": "rank of the factors U and V", "epsilon": "ε the noise is calibrated to (the privacy report states the guarantee that results)",
+    "delta": "δ of the guarantee", "epochs": "iterations of the main loop (passes, gradient steps, protocol or EM rounds)",
     "lr": "step size", "lr_decay": "factor on the step after each epoch", "lr_exponent": "the step decays as (1 + t)^-lr_exponent",
     "reg": "regularisation λ", "reg_u": "regularisation of U", "reg_v": "regularisation of V", "reg_bias": "regularisation (prior precision) of the biases",
     "reg_local": "ridge λ of a user's local fit", "threads": "threads to run (None: 1)", "seed": "seed of every random draw",
@@ -25,7 +25,7 @@ VOCABULARY: dict = {   # every parameter name a mechanism may declare, with its 
     "pmf_lr": "step size of the plain MF inside", "init_std": "standard deviation of the initial factors", "bias": "fit the mean and biases",
     "layout": "visit order inside a block", "blocks": "G of the G x G block grid", "noise_multiplier": "noise scaled by this factor",
     # one family's own ideas
-    "step_epsilon": "ε of each step's mechanism (composed into epsilon)", "step_delta": "δ of each step's mechanism",
+    "step_epsilon": "ε of each step's mechanism (the report composes them)", "step_delta": "δ of each step's mechanism",
     "rating_range": "bound on how far one rating's value can move", "variant": "which factors are noised and released",
     "clip": "where rows are clipped", "normalize": "mean rather than sum gradients", "tol": "stop once the training RMSE improves less",
     "accounting": "how the headline ε is computed", "private": "False: the same algorithm without noise (a baseline)",
