@@ -208,8 +208,10 @@ def sslp_response(v: np.ndarray,            # (m,) the centred completed vector 
     vp = np.zeros(D); vp[:m] = np.clip(v, -B, B)
     vt = np.where(rng.random(D) < 0.5 + vp / (2 * B), 1.0, -1.0)
     s = np.where(rng.random(D) < 0.5, 1.0, -1.0); s *= np.sign(s.sum())
-    z = vt * s * (1.0 if rng.random() < 1 / (1 + math.exp(-eps)) else -1.0)   # e^ε/(e^ε + 1), stable for any ε > 0
-    return (B / math.tanh(eps / 2) / sslp_constant(D)) * z[:m]                # (e^ε + 1)/(e^ε − 1) = 1/tanh(ε/2)
+    e = math.exp(min(eps, 700.0))   # e^ε, capped where it would overflow (the limits below are then exact)
+    z = vt * s * (1.0 if rng.random() < e / (e + 1) else -1.0)
+    ratio = (e + 1) / (e - 1) if e > 1 else 1 / math.tanh(eps / 2)   # (e^ε + 1)/(e^ε − 1); at ε → 0, e − 1 rounds to 0
+    return (B * ratio / sslp_constant(D)) * z[:m]
 
 # %% ../nbs/08_public_private.ipynb #bd9526dd
 MODES = ("local", "pmd", "pmc", "laplace", "sslp", "exact", "full-em")
