@@ -26,7 +26,6 @@ def outcome(name: str, k: str, value, data) -> str:
     "'fit' or 'refused'; anything else fails the test with what happened."
     cls = MECHANISMS[name]
     params = {**{p: v for p, v in cls.test_params.items() if p != k}, k: value}
-    if k == "n_private": params.pop("n_private", None); params[k] = value
     with warnings.catch_warnings():
         warnings.simplefilter("error")   # a warning that reaches the user is a failure too
         try: fit = cls(**params).fit(data)
