@@ -10,7 +10,7 @@ JOBS    ?= 1
 .PHONY: install reproduce outputs test test-fast test-slow check-reproduction docs preview readme export clean-nbs bench lock help
 help:
 	@echo "make reproduce   create .venv, install, fetch MovieLens 100K, regenerate every figure (PROFILE=$(PROFILE)), then make outputs"
-	@echo "make outputs     run the paper notebooks (nbs/01*-08*) whose stored outputs are stale and store their outputs"
+	@echo "make outputs     run the paper notebooks (nbs/01*-09*) whose stored outputs are stale and store their outputs"
 	@echo "make test        create .venv if needed, install, run every test"
 	@echo "make test-fast   the tests not marked slow (a few minutes, while working); make test-slow: the others"
 	@echo "make check-reproduction  before a release: a fresh clone reproduces every quick number, then passes make test"

@@ -6,7 +6,7 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/cli.html.md"""
 
 # %% ../nbs/93_cli.ipynb #5ce085c8
 from __future__ import annotations
-import argparse, contextlib, inspect, json, shutil, sys, traceback
+import argparse, contextlib, inspect, json, shutil, sys, textwrap, traceback
 from pathlib import Path
 from .checks import UserError, check_fraction
 from .formats import FORMATS
@@ -191,7 +191,6 @@ def fit_report(mechanism: str, dataset: str, params: dict | None = None, test_fr
     test_fraction = check_fraction("test_fraction", test_fraction)
     params, options = dict(params or {}), ({} if on_duplicate is None else {"on_duplicate": on_duplicate})
     cls = get_mechanism(mechanism)
-    if "seed" in cls.parameter_names() and "seed" not in params: params["seed"] = seed
     settings = settings or load_settings()
     kind = _dataset_kind(dataset, settings, format, options)
     model = cls(**params)                      # names an unknown parameter or a bad value, before any data is loaded
@@ -218,15 +217,19 @@ def _middle(text: str, width: int) -> str:
     return text if len(text) <= width else text[:(width - 3) // 2] + "..." + text[len(text) - (width - 3 - (width - 3) // 2):]
 
 def _privacy_line(p: dict, width: int) -> str:
-    "The privacy report in `width` characters: its guarantee, what was released, and as much of its scope as reads well."
-    released = f"released {', '.join(p['released']) or 'nothing'}"
-    if p["epsilon"] is None and p["method"] == "non-private": return f"privacy: non-private, {released}"
-    if p["epsilon"] is None: g, scope = "no differential-privacy guarantee", f"{p['method']}; {p.get('scope') or ''}"
-    else: g, scope = f"({p['epsilon']:g}, {p['delta'] or 0:g})-DP per {p['unit']}", p.get("scope") or ""
-    base, scope = f"privacy: {g}, {released}; scope: ", scope.strip().rstrip(".; ")
-    if len(base + scope) <= width: return base + scope
-    if width - len(base) - len("... (--json)") >= 12: return _cut(base + scope, width, "... (--json)")
-    return _cut(base + "see --json", width)
+    "The privacy report in `width` characters: its headline (condition first), per-user value, randomness, what was released, and as much of its scope as reads well."
+    from dpmf_lit.privacy import PrivacyReport
+    r = PrivacyReport(**{k: tuple(v) if k == "released" else v for k, v in p.items() if k != "summary"})
+    released = f"released {', '.join(r.released) or 'nothing'}"
+    if not r.private and r.method == "non-private": return f"privacy: non-private, {released}"
+    g = r.guarantee() + (f" ({r.neighbours()})" if r.private and r.neighbours() else "")
+    g += f"; per user ({r.epsilon_user:.4g}, {r.delta_user or 0:.3g})" if r.epsilon_user is not None else ""
+    g += f" (the paper's ε = {r.epsilon_claimed:.4g} is not covered)" if r.epsilon_claimed is not None else ""
+    g += {"secret": "; randomness secret", "public": f"; seed={r.seed} public: not private against whoever knows it"}.get(r.randomness, "")
+    scope = (f"{r.method}; " if not r.private else "") + (r.scope or "")
+    head = textwrap.wrap(f"privacy: {g}; {released}", width, subsequent_indent="  ")   # the headline whole: the condition leads it
+    scope = "  scope: " + scope.strip().rstrip(".; ")
+    return "\n".join(head + [scope if len(scope) <= width else _cut(scope, width, "... (--json)")])
 
 # %% ../nbs/93_cli.ipynb #e47086e8
 def fit_summary(rep: dict, width: int | None = None) -> str:
@@ -360,7 +363,8 @@ def _fit_parser(sub, common, fmt):
     fit.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                      help="a mechanism parameter (repeatable); values are typed: true/false, none, ints, floats, strings")
     fit.add_argument("--test-fraction", type=float, default=0.2, metavar="F", help="fraction of ratings held out (default: 0.2)")
-    fit.add_argument("--seed", type=int, default=0, help="seed of the split and (unless --set seed=...) the mechanism (default: 0)")
+    fit.add_argument("--seed", type=int, default=0, help="seed of the split (default: 0); the mechanism's own seed is --set seed=N, "
+                     "else its default: a private mechanism draws a secret one from the OS")
     fit.add_argument("--json", action="store_true",
                      help="print one JSON object: rmse, mae, fit_seconds, compile_seconds, n_train, n_test, privacy, parameters, ...")
     fit.set_defaults(func=cmd_fit)

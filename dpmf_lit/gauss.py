@@ -10,12 +10,12 @@ import math, time
 import numpy as np
 from fastcore.basics import patch
 from numba import njit
-from scipy import sparse
+from scipy import optimize, sparse
 from tqdm.auto import tqdm
 from .data import Ratings, filter_counts, subsample
 from .kernels import numba_threads
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
-from .privacy import (PrivacyAccountant, classic_noise_multiplier, dp_accounting_pld_epsilon, dp_accounting_rdp_epsilon,
+from .privacy import (Unit, PrivacyAccountant, classic_noise_multiplier, dp_accounting_pld_epsilon, dp_accounting_rdp_epsilon,
                       gaussian_epsilon_exact, gaussian_epsilon_rdp)
 from . import checks
 from .checks import Bool, Choice, Float, Fraction, Int, Positive
@@ -165,8 +165,11 @@ class GaussMF(Mechanism):
                  tol: Positive | None = None,        # stop once the training RMSE improves by less than tol (None: run all epochs)
                  accounting: Choice(*ACCOUNTING) = "tight",  # headline ε: 'tight' (exact composition), 'rdp' (dp_accounting) or 'closed_form'
                  private: Bool = True,               # False: the non-private baseline (same iterations, no noise, no guarantee)
-                 seed: Int(0) = 0):                  # initialisation: stream [seed, 0]; noise: stream [seed, 1]
-        "Nothing to add: the base class checks and stores each parameter."
+                 seed: Int(0) | None = None,         # None: secret, from the OS; else initialisation [seed, 0], noise [seed, 1]
+                 epsilon: Positive | None = None,    # a target: step_epsilon is solved so the report's ε over the epochs is this (variant='both')
+                 unit: Unit("rating") = "rating"):   # per rating only (the report adds the per-user value by group privacy)
+        "A target `epsilon` sets step_epsilon (`_target`); the base class checks and stores each parameter."
+        if epsilon is not None: self._target(epsilon)
 
 # %% ../nbs/06_gaussian_mf.ipynb #505cabd8
 @patch
@@ -190,6 +193,22 @@ def row_scales(self: GaussMF, train: Ratings):
     f = lambda codes, m: (1.0 / np.maximum(1, np.bincount(codes, minlength=m))).astype(np.float32)
     return f(train.item, train.n_items), f(train.user, train.n_users)
 
+# %% ../nbs/06_gaussian_mf.ipynb #7deea34e
+@patch
+def _target(self: GaussMF, epsilon: float):
+    "step_epsilon such that the `accounting` ε of `epochs` x 2 Gaussian releases at delta is `epsilon` (root of a monotone function)."
+    if self.variant != "both" or not self.private:
+        raise ValueError(f"epsilon={epsilon:g} with variant={self.variant!r}, private={self.private}: only variant='both' "
+                         "(private) has an end-to-end guarantee to calibrate; the paper's variant has none (see its report)")
+    if "step_epsilon" in self._given: raise ValueError(f"epsilon={epsilon:g} sets step_epsilon; give one of them")
+    f = lambda s: gauss_epsilons(self.epochs, s, self.step_delta, self.delta, 2)[self.accounting] / epsilon - 1
+    lo, hi = 1e-6, 1 - 1e-9
+    if f(hi) < 0: raise ValueError(f"epsilon={epsilon:g} over epochs={self.epochs} needs step_epsilon >= 1, where the classic "
+                                   "calibration is not proven: lower epsilon or raise epochs")
+    if f(lo) > 0: raise ValueError(f"epsilon={epsilon:g} over epochs={self.epochs} needs step_epsilon < 1e-6: raise epsilon or lower epochs")
+    self.step_epsilon = optimize.brentq(f, lo, hi, xtol=1e-15, rtol=1e-13)
+
+
 # %% ../nbs/06_gaussian_mf.ipynb #2e12500e
 @patch
 def report(self: GaussMF, J_run: int, tau: float) -> PrivacyReport:
@@ -211,8 +230,11 @@ def report(self: GaussMF, J_run: int, tau: float) -> PrivacyReport:
     notes = (f"neighbouring=replace (one rating's value, |v'-v| <= tau={tau:g}); sigma={sigma:.4g} = tau*C/eps_i*sqrt(2 ln(1.25/delta)); "
              f"{J_run} iterations x {per_step} Gaussian release(s) of noise multiplier z={classic_noise_multiplier(self.step_epsilon, self.step_delta):.4g}; "
              f"epsilon at delta_r={self.delta:g}: closed form {eps['closed_form']:.4f}, RDP {eps['rdp']:.4f}, tight {eps['tight']:.4f}")
-    return PrivacyReport(released=("U",) if self.variant == "paper" else ("U", "V"), unit="rating", epsilon=eps[self.accounting],
-                         delta=self.delta, method=f"{how}; variant={self.variant}", notes=notes, scope=scope)
+    if self.variant == "paper":   # no guarantee: the composed value is the paper's claim, in epsilon_claimed and the notes
+        return PrivacyReport(released=("U",), unit="rating", method=f"the paper's accounting ({how}) of a composition its proof "
+                             "does not cover", epsilon_claimed=eps[self.accounting], notes=notes, scope=scope, neighbouring="replace")
+    return PrivacyReport(released=("U", "V"), unit="rating", epsilon=eps[self.accounting], delta=self.delta, coverage="end-to-end",
+                         neighbouring="replace", method=f"{how}; variant={self.variant}", notes=notes, scope=scope)
 
 # %% ../nbs/06_gaussian_mf.ipynb #5a24bf17
 @patch

@@ -13,7 +13,7 @@ from numba import njit, prange
 from .data import Ratings
 from .mf import PMF, FittedModel, Mechanism, PrivacyReport, register_mechanism, to_csr
 from .checks import check_int, check_positive
-from .privacy import l2_laplace_noise, laplace_noise
+from .privacy import Unit, l2_laplace_noise, laplace_noise
 
 # %% auto #0
 __all__ = ['NOISES', 'item_index', 'item_degrees', 'item_normal_equations', 'solve_item_factors', 'clip_rows',
@@ -155,7 +155,8 @@ class HuaDPMF(Mechanism):
     _PMF_NAMES = dict(solver="pmf_solver", epochs="pmf_epochs", reg="pmf_reg", lr="pmf_lr")   # PMF's names -> ours
 
     def __init__(self,
-                 epsilon: Positive = 1.0,        # ε per rating (replace one rating's value) of the released V
+                 epsilon: Positive = 1.0,        # ε per rating (replace one rating's value) of the released V, given U
+                 unit: Unit("rating") = "rating",  # per rating only (the report adds the per-user value by group privacy)
                  d: Int(1) = 10,                 # rank of U and V
                  reg: Positive = 5.0,            # λ of the perturbed least-squares problem for V
                  solver: Choice("closed", "gd") = "closed",  # 'closed' (the exact minimiser) or 'gd' (the paper's gradient descent)
@@ -167,7 +168,7 @@ class HuaDPMF(Mechanism):
                  pmf_epochs: Int(1) = 20,        # epochs of that MF
                  pmf_reg: float = 0.1,           # its regularisation
                  pmf_lr: float | None = None,    # its step size (None: the solver's default)
-                 seed: Int(0) = 0,               # seed of U's MF; the noise uses the independent stream [seed, 1]
+                 seed: Int(0) | None = None,     # None: secret, from the OS; else U's MF, and the noise's stream [seed, 1]
                  threads: int | None = None):    # threads of U's MF (None: 1)
         "The PMF options (plain types above) are checked by PMF itself, under our names, before any work."
         pmf = self._pmf()
@@ -196,6 +197,7 @@ def report(self: HuaDPMF, train: Ratings) -> PrivacyReport:
     Delta = rating_sensitivity(train) * self.max_norm
     return PrivacyReport(
         released=("V",), unit="rating", epsilon=self.epsilon / self.noise_multiplier, delta=0.0, scope=self.SCOPE,
+        coverage="conditional", condition="given U, trained without noise on the same ratings and kept private", neighbouring="replace",
         method=f"objective perturbation (Hua et al. 2015, Scenario 1), {self.noise} noise, "
                f"L2 sensitivity max_norm*(r_max-r_min) = {Delta:g}",
         notes=("neighbouring=replace (one rating's value changes; the rating pattern is public). "

@@ -18,7 +18,7 @@ from .data import Ratings
 from .mf import PMF, FittedModel, Mechanism, PrivacyReport, register_mechanism
 from .mechanism import Factors
 from .checks import Choice, Float, Int, Positive, check_int, check_positive
-from .privacy import gaussian_epsilon
+from .privacy import Unit, gaussian_epsilon
 from .fixed_point import FixedPoint
 from .hua import clip_rows, gd_item_factors, gd_step_sizes, item_degrees, rating_sensitivity, share_scale
 
@@ -383,6 +383,7 @@ class HuaProtocol(Mechanism):
 
     def __init__(self,
                  epsilon: Positive = 1.0,       # ε per rating of V, against parties who do not know H
+                 unit: Unit("rating") = "rating",  # per rating only (the report adds the per-user value by group privacy)
                  d: Int(1) = 10,                # rank of U and V
                  reg: Positive = 5.0,           # λ of the perturbed objective
                  epochs: Int(0) = 100,          # protocol iterations (gradient steps on V)
@@ -396,7 +397,7 @@ class HuaProtocol(Mechanism):
                  pmf_solver: str = "als",       # solver of the plain MF that gives users their U
                  pmf_epochs: Int(1) = 20,       # its epochs
                  pmf_reg: float = 0.1,          # its regularisation
-                 seed: Int(0) = 0,              # seed of U's MF and of the protocol's draws
+                 seed: Int(0) | None = None,    # None: secret, from the OS; else U's MF and the protocol's draws
                  threads: int | None = None):   # threads of U's MF (None: 1)
         "k, the scenario's own options and the PMF options (plain types above) are checked here; the rest by the base class."
         try: self.k = checks.check_int("k", k, 2, allow_none=True)
@@ -433,7 +434,8 @@ def _report(self: HuaProtocol, train: Ratings, run: ProtocolRun, left_out: int) 
              "for V given a non-private U, against parties who see V and do not know H; against the recommender, "
              f"which knows H, only ({eps_items.max():.3g}, 1e-05)-DP for the worst item")
     return PrivacyReport(
-        released=("V",), unit="rating", epsilon=self.epsilon, delta=0.0, scope=scope,
+        released=("V",), unit="rating", epsilon=self.epsilon, delta=0.0, scope=scope, coverage="conditional", neighbouring="replace",
+        condition="given a non-private U, and against parties who see V and do not know H" + (" (up to a measured gain factor)" if changing else ""),
         method=f"Hua et al. 2015 Scenario {self.scenario}: objective perturbation with per-coordinate Laplace noise "
                "summed from users' shares (L1/L2 argument), masked aggregation in Z_P",
         notes=(f"neighbouring=replace; epsilon-DP for V holds against parties who see V and do not know H"

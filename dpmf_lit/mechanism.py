@@ -16,7 +16,7 @@ from .checks import Check, check_bool, show
 from .data import Ratings
 from .synthetic import available_memory   # one reading of free memory, shared with the generator
 from .kernels import predict_kernel
-from .privacy import PrivacyReport
+from .privacy import PrivacyReport, fit_randomness
 
 # %% auto #0
 __all__ = ['ITERATIONS', 'MAX_WORK', 'MECHANISMS', 'ENTRY_POINT_GROUP', 'FittedModel', 'Factors', 'Mechanism',
@@ -48,7 +48,11 @@ class FittedModel:
     def __repr__(self):
         valid = "" if self.valid_rmse is None else f", valid RMSE {self.valid_rmse:.4f}"
         return (f"FittedModel({self.mechanism or '?'}: {len(self.U):,} users x {len(self.V):,} items, d={self.d}, "
-                f"{self.privacy.guarantee()}, {self.fit_seconds:.2f} s{valid})")
+                f"{_short(self.privacy)}, {self.fit_seconds:.2f} s{valid})")
+
+def _short(p: PrivacyReport) -> str:
+    "The guarantee in a few words (a conditional one says so; `model.privacy` has the condition)."
+    return f"conditional ({p.epsilon:g}, {p.delta or 0:g})-DP per {p.unit}" if p.coverage == "conditional" else p.guarantee()
 
 # %% ../nbs/01b_mechanism.ipynb #e9d8928e
 def _codes(ids, table, what: str) -> np.ndarray:
@@ -240,8 +244,8 @@ def _declared_checks(init) -> dict:
 # %% ../nbs/01b_mechanism.ipynb #c0d4cba0
 @patch
 def rng(self: Mechanism, *stream: int) -> np.random.Generator:
-    "A generator for `stream` of this mechanism's `seed` (no stream: the same draws as `default_rng(seed)`)."
-    return np.random.default_rng(np.random.SeedSequence([self.seed, *stream]))
+    "A generator for `stream` of this mechanism's `seed` (no stream: the same draws as `default_rng(seed)`); seed None: fresh from the OS."
+    return np.random.default_rng(None if self.seed is None else np.random.SeedSequence([self.seed, *stream]))
 
 @patch
 def memory_bytes(self: Mechanism, train: Ratings) -> int:
@@ -385,14 +389,20 @@ def _fit_model(self: Mechanism, train: Ratings, valid, progress: bool, extra: di
     _check_memory(self, train)
     _check_work(self, train)
     if valid is not None and "valid" in inspect.signature(self._fit).parameters: extra["valid"] = valid   # RMSE after every epoch
+    secret = "seed" in self.parameter_names() and self.seed is None
+    if secret: self.seed = int(np.random.SeedSequence().generate_state(1, np.uint64)[0] >> 1)   # from the OS, for this fit only
     t0 = time.perf_counter()
-    out = _run(self, train, progress, extra)
+    try: out = _run(self, train, progress, extra)
+    finally:
+        if secret: self.seed = None   # never stored: the model's params and report say seed None, randomness secret
     seconds = time.perf_counter() - t0
     ran = {**self.resolved_params(), **out.params}
     bad = _nonfinite(out)
     if bad: raise ValueError(f"{self.name}: the fit overflowed ({', '.join(bad)} not finite); {_hint(self, ran)}")
     params = {k: v for k, v in ran.items() if not (k in self.applies and ran.get(self.applies[k][0]) not in self.applies[k][1])}
     privacy = out.privacy if isinstance(out.privacy, PrivacyReport) else out.privacy.report()
+    privacy = fit_randomness(privacy, getattr(self, "seed", None), secret, np.bincount(train.user, minlength=train.n_users),
+                             seeded="seed" in self.parameter_names())
     f32 = lambda a: None if a is None else np.ascontiguousarray(a, np.float32)
     model = FittedModel(U=f32(out.U), V=f32(out.V), user_bias=f32(out.user_bias), item_bias=f32(out.item_bias),
                         mean=float(out.mean), rating_min=train.rating_min, rating_max=train.rating_max, privacy=privacy,

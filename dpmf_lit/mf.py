@@ -90,7 +90,7 @@ class PMF(Mechanism):
                  solver: Choice("sgd", "als", "gd") = "sgd",  # 'sgd' (block-parallel), 'als' or 'gd' (full batch)
                  bias: Bool = True,                  # fit the mean and the biases b, c as well
                  threads: Int(1) | None = None,      # threads to run (None: 1); at most the cores numba may use
-                 seed: Int(0) = 0,                   # seed of the initial profiles and of SGD's visit order
+                 seed: Int(0) | None = 0,            # seed of the initial profiles and SGD's visit order (None: from the OS)
                  init_std: Positive = 0.01,          # standard deviation of the initial profiles
                  lr_decay: Float(0, 1, low_open=True) | None = None,  # the step is multiplied by this after each epoch (None: the solver's)
                  layout: Choice("random", "user") = "user",  # SGD order inside a block: 'user' (user by user) or 'random'

@@ -15,7 +15,7 @@ from scipy import sparse
 from .data import Ratings
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
 from .checks import Choice, Float, Int, Positive, check_choice, check_float, check_int, check_positive, check_unit_interval, generator
-from .privacy import PrivacyAccountant
+from .privacy import PrivacyAccountant, Unit
 from .kernels import mf_gradient
 from .hua import (clip_rows, gd_item_factors, gd_step_sizes, item_normal_equations, privacy_loss,
                           sample_item_noise, solve_item_factors)
@@ -209,7 +209,8 @@ def pdp_report(spec: PrivacySpec, t: float, released=("V",), notes: str = "") ->
     t = check_threshold(spec, t)
     e = spec.epsilon
     per = np.minimum(e, t)
-    return PrivacyReport(released=tuple(released), unit="rating", epsilon=float(per.max()), delta=0.0,
+    return PrivacyReport(released=tuple(released), unit="rating", epsilon=float(per.max()), delta=0.0, neighbouring="add_remove",
+                         coverage="conditional", condition="if the mechanism run on the sample is t-DP for one rating present vs dropped",
                          scope="worst case over ratings, one rating present vs dropped, if the mechanism run on the sample is "
                                "t-DP for that pair; rating (i,j) itself has min(epsilon_ij, t); a replaced value: see replace_epsilon",
                          method="personalized sampling (Jorgensen et al. 2015) + t-DP",
@@ -256,6 +257,7 @@ class DPPMF(_PMFObjective):
 
     def __init__(self,
                  epsilon: Positive = 0.1,        # epsilon of the noise density exp(-eps ||eta|| / Delta) (the paper: eps_c = 0.1)
+                 unit: Unit("rating") = "rating",  # per rating only (the report adds the per-user value by group privacy)
                  d: Int(1) = 20,                 # rank of U and V
                  reg_u: Positive = 0.01,         # λ_u of Eq. (1)
                  reg_v: Positive = 0.01,         # λ_v of Eqs. (1) and (8)
@@ -267,7 +269,7 @@ class DPPMF(_PMFObjective):
                  v_init: Choice(*V_INITS) = "pmf",            # start of the gd phase: 'pmf' (V of step 1, Alg. 2 line 14) or 'zero'
                  sensitivity: Choice(*SENSITIVITIES) = "r_max",  # Delta: 'r_max' (the paper's; a rating set to 0) or 'range' (r_max - r_min, values replaced)
                  max_norm: Positive = 1.0,       # rows of U are clipped to this L2 norm (the proof needs ||u_i|| <= 1)
-                 seed: Int(0) = 0):              # seed of step 1 (stream 0) and of the noise (stream 1)
+                 seed: Int(0) | None = None):    # None: secret, from the OS; else step 1 (stream 0) and the noise (stream 1)
         self._resolve_solver()
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp051
@@ -280,7 +282,8 @@ def report(self: DPPMF, train: Ratings) -> PrivacyReport:
     how = ("pure composition of k2 fresh-noise steps" if self.noise == "fresh" else "one noise draw (Thm 4)")
     pld = PrivacyAccountant("rating", "replace", ("V",)).pure(self.epsilon, self.epochs).epsilon(1e-5, "pld")[0] if self.noise == "fresh" else None
     return PrivacyReport(
-        released=("V",), unit="rating", epsilon=m, delta=0.0,
+        released=("V",), unit="rating", epsilon=m, delta=0.0, coverage="conditional", neighbouring="replace",
+        condition="given U, trained without noise on the same ratings and not released",
         scope=f"for V given U ({nb}); U is trained without noise on the same ratings and not covered{start}; "
               "no finite epsilon under add/remove",
         method=f"objective perturbation (Zhang et al. Thm 4 = Hua et al. Scenario 1), L2-Laplace noise, Delta = {Delta:g}, {how}",
@@ -325,10 +328,13 @@ class PDPPMF(_PMFObjective):
                  v_init: Choice(*V_INITS) = "pmf",            # start of the gd phase: 'pmf' (V of step 1, Alg. 2 line 14) or 'zero'
                  sensitivity: Choice(*SENSITIVITIES) = "r_max",  # Delta: 'r_max' (the paper's) or 'range' (r_max - r_min; only with dropped='remove')
                  max_norm: Positive = 1.0,       # rows of U are clipped to this L2 norm (the proof needs ||u_i|| <= 1)
-                 seed: Int(0) = 0):              # seed of step 1 (stream 0), noise (1), specification (2) and sampling (3)
+                 seed: Int(0) | None = None,     # None: secret, from the OS; else step 1 (stream 0), noise (1), specification (2), sampling (3)
+                 epsilon: Positive | None = None,  # a target: t is set so the worst rating gets epsilon (needs dropped='zero')
+                 unit: Unit("rating") = "rating"):  # per rating only (the report adds the per-user value by group privacy)
         "t (a name or a number) and the conditions between parameters are checked here; the rest by the base class."
         check_spec_params(self.f_c, self.f_m, self.epsilon_c, self.epsilon_m, self.epsilon_l)   # f_c + f_m <= 1, eps_c < eps_m < eps_l
         self.threshold = check_choice("threshold", threshold, THRESHOLDS) if isinstance(threshold, str) else check_positive("threshold", threshold)
+        if epsilon is not None: self._target(epsilon)
         self._resolve_solver()
         if self.dropped == "zero" and self.sensitivity != "r_max":
             raise ValueError(f"sensitivity={self.sensitivity!r} with dropped='zero': a rating set to 0 moves b_j by r u_i, so Delta must be r_max")
@@ -356,14 +362,19 @@ def report(self: PDPPMF, train: Ratings, spec: PrivacySpec, t: float) -> Privacy
     Delta = self.Delta(train)
     per = self.per_rating_epsilon(spec, t, float(train.rating_max) - float(train.rating_min), Delta)
     met = float(np.mean(per <= spec.epsilon + 1e-12))
+    covered = dict(epsilon=float(per.max()), delta=0.0, coverage="conditional", condition="given U, trained without noise on the sample and not released")
+    if self.dropped == "remove":   # the paper's neighbour (a rating removed) changes the pattern: no guarantee; a value change is in the notes
+        covered = dict(epsilon=None, method_note="; the paper's personalized guarantee does "
+                       f"not hold under its own neighbour (a rating removed); what holds: V given U is {per.max():.4g}-DP for a value change, no personalization")
     nb = ("a rating set to 0 (the paper's neighbour) or its value replaced, the rating pattern public" if self.dropped == "zero"
           else "a rating's value replaced, the rating pattern public")
+    note = covered.pop("method_note", "")
     return PrivacyReport(
-        released=("V",), unit="rating", epsilon=float(per.max()), delta=0.0,
+        released=("V",), unit="rating", neighbouring="replace", **covered,
         scope=f"personalized, for V given U ({nb}); U is trained without noise on the sample and not covered; "
               "no finite epsilon under add/remove" + ("" if self.dropped == "zero" else "; no amplification by the sampling"),
         method=f"Random Sampling (Alg. 1) with t = {t:.4g}, then objective perturbation at eps = t, Delta = {Delta:g}, "
-               f"noise={self.noise}, solver={self.solver}, dropped={self.dropped}",
+               f"noise={self.noise}, solver={self.solver}, dropped={self.dropped}" + note,
         notes=(f"per rating: delivered eps in [{per.min():.4g}, {per.max():.4g}] (mean {per.mean():.4g}); requested eps_ij in "
                f"[{spec.epsilon.min():.4g}, {spec.epsilon.max():.4g}] (mean {spec.epsilon.mean():.4g}); request met for "
                f"{100 * met:.1f}% of the ratings; epsilon is the worst case over ratings" + _fresh_note(self, t)))
@@ -374,6 +385,17 @@ def _fresh_note(self: PDPPMF, t: float) -> str:
     pld = PrivacyAccountant("rating", "replace", ("V",)).pure(t, self.epochs).epsilon(1e-5, "pld")[0]
     return (f"; fresh noise: epochs (k2)={self.epochs} steps at t={t:.4g} compose to m = {self.epochs * t:.4g} pure (the per-rating values above are computed from this m), "
             f"{pld:.4g} at delta=1e-5 (PLD)")
+
+# %% ../nbs/05_pdp_pmf.ipynb #174777bc
+@patch
+def _target(self: PDPPMF, epsilon: float):
+    "Run at a target: a rating with eps_ij >= t is always sampled and gets m(t) = t (k2 t with fresh noise), so t = epsilon / k."
+    if self.dropped != "zero":
+        raise ValueError(f"epsilon={epsilon:g} with dropped={self.dropped!r}: the remove reading has no guarantee to calibrate "
+                         "(see its report); a target needs dropped='zero'")
+    if "threshold" in self._given: raise ValueError(f"epsilon={epsilon:g} sets the threshold; give epsilon or threshold, not both")
+    self.threshold = epsilon / (self.epochs if self.noise == "fresh" else 1)
+
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp055
 @patch

@@ -9,20 +9,21 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/privacy.html.md"""
 # %% ../nbs/02_privacy.ipynb #375144cf
 from __future__ import annotations
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 from fastcore.basics import patch
 from numba import njit
 from scipy import optimize, special, sparse
-from .checks import check_choice, check_float, check_fraction, check_int, check_positive, generator
+from .checks import Check, check_choice, check_float, check_fraction, check_int, check_positive, generator
 from .checks import show
 
 # %% auto #0
-__all__ = ['NEIGHBOURING', 'DEFAULT_ORDERS', 'gaussian_noise', 'laplace_noise', 'gaussian_delta', 'gaussian_epsilon',
+__all__ = ['NEIGHBOURING', 'DEFAULT_ORDERS', 'COVERAGE', 'gaussian_noise', 'laplace_noise', 'gaussian_delta', 'gaussian_epsilon',
            'gaussian_sigma_analytic', 'gaussian_sigma_classic', 'laplace_mechanism', 'gaussian_mechanism',
            'l2_laplace_noise', 'gaussian_rdp', 'laplace_rdp', 'pure_dp_rdp', 'rdp_to_dp', 'classic_noise_multiplier',
            'gaussian_epsilon_classic_optimum', 'gaussian_epsilon_exact', 'gaussian_epsilon_rdp',
-           'dp_accounting_rdp_epsilon', 'dp_accounting_pld_epsilon', 'PrivacyReport', 'PrivacyAccountant']
+           'dp_accounting_rdp_epsilon', 'dp_accounting_pld_epsilon', 'group_privacy', 'PrivacyReport', 'fit_randomness',
+           'check_unit', 'Unit', 'PrivacyAccountant']
 
 # %% ../nbs/02_privacy.ipynb #7f6fdedf
 NEIGHBOURING = ("add_remove", "replace")
@@ -200,44 +201,137 @@ def dp_accounting_pld_epsilon(noise_multiplier: float, count: int, delta: float,
     return float(acc.get_epsilon(d))
 
 # %% ../nbs/02_privacy.ipynb #df3d0c0e
+COVERAGE = ("end-to-end", "conditional", "none")
+_NEIGHBOURS = {("replace", "rating"): "one rating's value changed", ("add_remove", "rating"): "one rating added or removed",
+               ("replace", "user"): "one user's ratings replaced", ("add_remove", "user"): "one user added or removed"}
+
+def group_privacy(epsilon: float, delta: float, k: int) -> tuple[float, float]:
+    "(k ε, k e^{(k-1) ε} δ): what an (ε, δ)-DP guarantee for one unit gives for k units changed together (Dwork & Roth Thm 2.2 and its δ form)."
+    e, d, k = check_float("epsilon", epsilon, low=0), check_float("delta", delta, low=0), check_int("k", k, 1)
+    return k * e, (0.0 if d == 0 else min(1.0, k * d * math.exp(min((k - 1) * e, 700.0))))
+
+
+# %% ../nbs/02_privacy.ipynb #fa4112e0
+def _check_report(self):
+    "Refuse a report whose fields contradict each other, naming the field."
+    if self.private and not (isinstance(self.scope, str) and self.scope.strip()):
+        raise ValueError(f"a private PrivacyReport (epsilon={show(self.epsilon)}) needs scope=...: one sentence "
+                         "saying what the guarantee covers and what it does not")
+    if not self.coverage and not self.private: object.__setattr__(self, "coverage", "none")
+    if self.private and self.coverage not in COVERAGE[:2]:
+        raise ValueError(f"coverage={self.coverage!r} with epsilon={show(self.epsilon)}: a report with an epsilon says "
+                         "whether it holds 'end-to-end' or is 'conditional' (on what, in condition=...)")
+    if not self.private and self.coverage != "none":
+        raise ValueError(f"coverage={self.coverage!r} without an epsilon: only 'none' (a paper's value goes in epsilon_claimed)")
+    if not self.private and (self.epsilon_user is not None or self.delta is not None):
+        raise ValueError("delta and epsilon_user need a guarantee (epsilon); a report without one has neither")
+    if self.coverage == "conditional" and not self.condition.strip():
+        raise ValueError("coverage='conditional' needs condition=...: what the guarantee assumes, said first ('given ...', 'if ...')")
+    if self.neighbouring: check_choice("neighbouring", self.neighbouring, NEIGHBOURING)
+    check_choice("randomness", self.randomness, ("", "secret", "public"))
+
+
+
+# %% ../nbs/02_privacy.ipynb #97542473
 @dataclass(frozen=True)
 class PrivacyReport:
     "What a fitted mechanism released, what guarantee covers it, and what that guarantee does not cover."
     released: tuple = ("U", "V")   # which factors leave the trusted boundary
     unit: str | None = None         # 'rating', 'user', ... ; None for a non-private fit
-    epsilon: float | None = None    # None: no guarantee (non-private)
+    epsilon: float | None = None    # None: no guarantee (non-private, or none that the proof covers)
     delta: float | None = None
     method: str = "non-private"     # how the guarantee was computed
-    notes: str = ""                 # details: neighbouring notion, sensitivities, measured caveats
+    notes: str = ""                 # details: sensitivities, per-step values, measured caveats
     scope: str = ""                 # one sentence: what the guarantee covers and what it does not (required when private)
+    coverage: str = ""              # 'end-to-end', 'conditional' (holds given `condition`) or 'none' (the default when epsilon is None)
+    condition: str = ""             # what a conditional guarantee assumes, e.g. 'given U, trained without noise and kept private'
+    neighbouring: str = ""          # 'replace' (a value changed / a user's ratings replaced) or 'add_remove'
+    randomness: str = ""            # 'secret' (seed drawn from the OS), 'public' (a known seed), '' (not a fit's report)
+    seed: int | None = None         # the public seed, when randomness is 'public'
+    epsilon_user: float | None = None  # per-user ε, where the report's unit is a rating (group privacy or the mechanism's own)
+    delta_user: float | None = None
+    user_note: str = ""             # how epsilon_user was derived
+    epsilon_claimed: float | None = None  # coverage 'none': the paper's per-step or composed value, which no proof covers here
 
-    def __post_init__(self):
-        if self.private and not (isinstance(self.scope, str) and self.scope.strip()):
-            raise ValueError(f"a private PrivacyReport (epsilon={show(self.epsilon)}) needs scope=...: one sentence "
-                             "saying what the guarantee covers and what it does not")
+    def __post_init__(self): _check_report(self)
 
     @property
     def private(self) -> bool: return self.epsilon is not None
 
-    def guarantee(self) -> str:
-        "'(ε, δ)-DP per unit', or 'non-private'."
-        return "non-private" if not self.private else f"({self.epsilon:g}, {self.delta or 0:g})-DP per {self.unit}"
 
-    def summary(self) -> str:
-        "The one line every printout uses: the guarantee, its scope, what was released and how it was computed."
-        released = "released " + (", ".join(self.released) or "nothing")
-        if not self.private:   # no DP guarantee; a method other than "non-private" names the weaker notion that holds
-            if self.method == "non-private": return f"non-private; {released}"
-            scope = f" (scope: {self.scope.strip().rstrip('.')})" if self.scope.strip() else ""
-            return f"no differential-privacy guarantee: {self.method}{scope}; {released}"
-        return f"{self.guarantee()} (scope: {self.scope.strip().rstrip('.')}); {released}; {self.method}"
+# %% ../nbs/02_privacy.ipynb #c72eee3b
+@patch
+def guarantee(self: PrivacyReport) -> str:
+    "The headline: '(ε, δ)-DP per unit', led by its condition when conditional; 'non-private' or 'no DP guarantee' otherwise."
+    if not self.private: return "non-private" if self.method == "non-private" else "no differential-privacy guarantee"
+    g = f"({self.epsilon:g}, {self.delta or 0:g})-DP per {self.unit}"
+    return f"{self.condition.strip().rstrip('.')}: {g}" if self.coverage == "conditional" else f"{g}, end to end"
 
-    def to_dict(self) -> dict:
-        "JSON-ready fields, plus `summary`."
-        out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
-        return {**out, "summary": self.summary()}
+@patch
+def neighbours(self: PrivacyReport) -> str:
+    "The neighbouring notion in words, e.g. 'one rating's value changed'."
+    unit = "user" if str(self.unit).startswith("user") else "rating"
+    return _NEIGHBOURS.get((self.neighbouring, unit), "")
 
-    def __str__(self) -> str: return self.summary()
+@patch
+def secrecy(self: PrivacyReport) -> str:
+    "Whether the noise is secret: a guarantee holds only against those who cannot re-run the fit with its seed."
+    if self.randomness == "secret": return "randomness secret (seed drawn from the OS, not stored)"
+    if self.randomness == "public": return f"randomness public (seed={self.seed}): not private against anyone who knows the seed"
+    return ""
+
+
+# %% ../nbs/02_privacy.ipynb #6e6b2c84
+@patch
+def summary(self: PrivacyReport) -> str:
+    "The one line every printout uses: the headline (condition first), its neighbours, the per-user value, the randomness, the scope, what was released."
+    released = "released " + (", ".join(self.released) or "nothing")
+    scope = f"scope: {self.scope.strip().rstrip('.')}" if self.scope.strip() else ""
+    if not self.private and self.method == "non-private": return f"non-private; {released}"
+    if not self.private:   # a weaker notion, or a paper's value no proof covers
+        claimed = f"; the paper's ε = {self.epsilon_claimed:.4g} is not covered" if self.epsilon_claimed is not None else ""
+        return "; ".join(x for x in (f"{self.guarantee()}: {self.method}{claimed}", scope, released, self.secrecy()) if x)
+    head = self.guarantee() + (f" ({self.neighbours()})" if self.neighbours() else "")
+    user = (f"per user ({self.epsilon_user:.4g}, {self.delta_user or 0:.3g})" if self.epsilon_user is not None else "")
+    return "; ".join(x for x in (head, user, self.secrecy(), scope, released, self.method) if x)
+
+@patch
+def to_dict(self: PrivacyReport) -> dict:
+    "JSON-ready fields, plus `summary`."
+    out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
+    return {**out, "summary": self.summary()}
+
+@patch
+def __str__(self: PrivacyReport) -> str: return self.summary()
+
+
+# %% ../nbs/02_privacy.ipynb #979c4f7e
+def fit_randomness(report: PrivacyReport, seed, secret: bool, user_counts: np.ndarray | None = None, seeded: bool = True) -> PrivacyReport:
+    """`report` as a fit releases it: randomness 'secret' (a seed drawn from the OS for this fit, never stored) or 'public'
+    (`seed`) for a mechanism that draws (`seeded`), and, for a per-rating guarantee, the per-user value by group privacy
+    over the most ratings any user has."""
+    if report.method == "non-private": return report
+    out = dict(randomness="secret" if secret else "public", seed=None if secret else seed) if seeded else {}
+    if report.private and report.unit == "rating" and report.epsilon_user is None and user_counts is not None and len(user_counts):
+        k = max(1, int(np.max(user_counts)))
+        out["epsilon_user"], out["delta_user"] = group_privacy(report.epsilon, report.delta or 0.0, k)
+        out["user_note"] = (f"group privacy over k = {k} ratings, the most any user has in the training data "
+                            "(k is read from the data and is not itself private; trimming users to a public k would make it so)")
+    return replace(report, **out)
+
+def check_unit(name: str, value, units: tuple) -> str:
+    "`value` if it is one of this mechanism's `units`; else a ValueError saying what a unit is and which this mechanism gives."
+    if value not in ("rating", "user"): raise ValueError(f"{name}={show(value)} is not a privacy unit: 'rating' or 'user'")
+    if value not in units:
+        raise ValueError(f"{name}={show(value)}: this mechanism's guarantee is per {' or per '.join(units)} only"
+                         + ("; its report gives the per-user value by group privacy (epsilon_user), and sgld and dp-bias "
+                            "take a per-user target" if value == "user" else ""))
+    return value
+
+def Unit(*units: str) -> Check:
+    "The annotation of a mechanism's `unit` parameter: the units its guarantee can be calibrated for."
+    return Check(check_unit, units, kind=str, text=f"Unit({', '.join(map(repr, units))})")
+
 
 # %% ../nbs/02_privacy.ipynb #58efdc81
 @dataclass
@@ -306,11 +400,13 @@ def epsilon(self: PrivacyAccountant, delta: float = 0.0, method: str = "auto", d
     return self._pld_epsilon(d, check_positive("discretization", discretization)), d, "PLD (dp_accounting)"
 
 @patch
-def report(self: PrivacyAccountant, delta: float = 0.0, method: str = "auto", notes: str = "", scope: str = "") -> PrivacyReport:
+def report(self: PrivacyAccountant, delta: float = 0.0, method: str = "auto", notes: str = "", scope: str = "",
+           coverage: str = "end-to-end", condition: str = "") -> PrivacyReport:
     "The `PrivacyReport` of the recorded steps; `scope` defaults to 'the composition of the recorded steps only'."
     eps, d, how = self.epsilon(delta, method)
     steps = "; ".join(f"{c} x {label} ({kind} {'z' if kind == 'gaussian' else 'eps'}={p:.4g})" for kind, p, c, label in self._active())
     scope = scope or (f"the composition of the recorded steps only, {self.neighbouring} one {self.unit}; "
                       "anything computed outside them is not covered")
     return PrivacyReport(released=tuple(self.released), unit=self.unit, epsilon=eps, delta=d, method=how, scope=scope,
+                         coverage=coverage, condition=condition, neighbouring=self.neighbouring,
                          notes=f"neighbouring={self.neighbouring}; steps: {steps or 'none'}. {notes}".strip())

@@ -15,7 +15,7 @@ from numba import njit, prange
 from tqdm.auto import tqdm
 from .checks import Check, Choice, Float, Int, Positive, check_choice, check_int, check_positive, check_unit_interval, show
 from .data import Ratings
-from .privacy import NEIGHBOURING
+from .privacy import NEIGHBOURING, Unit
 from .kernels import (_GOLDEN, _JIT, _below, _mix64, PREFETCH_AHEAD, als_sweep, numba_threads, predict_kernel,
                               prefetch_item, prefetch_row, prepare_sgd_blocks, stratum_block, to_csr)
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
@@ -285,7 +285,8 @@ class SGLD(Mechanism):
                  threads: Int(1) | None = None,   # threads to run (None: 1)
                  blocks: Int(1) | None = None,    # G of the G x G block grid (None: threads); fixes the result
                  layout: Choice("random", "user") = "user",  # order inside a block: 'user' (user visits) or 'random'
-                 seed: Int(0) = 0):               # seed of trimming, start, table and noise
+                 seed: Int(0) | None = None,      # None: secret, from the OS; else trimming, start, table and noise
+                 unit: Unit("user") = "user"):    # per user (a per-user guarantee also covers one rating)
         "table_size, whose lower bound depends on d, is checked here; the rest by the base class."
         if table_size is not None: self.table_size = check_int("table_size", table_size, 2 * (self.d + 1))
 
@@ -404,7 +405,6 @@ def _audit_note() -> str:
 def _sgld_report(self: SGLD, p: dict, w: np.ndarray) -> PrivacyReport:
     "User-level report: exact-sampling guarantee, the constant used, the personalized range, the audit."
     eps_w = personalized_user_epsilon(w, self.epsilon)    # w_i * epsilon: the weight belongs to the user's slot (§2)
-    unit = "user" if self.neighbouring == "replace" else "user (add/remove)"
     K = {("paper", "replace"): "4B (the paper's, two-sided)", ("paper", "add_remove"): "2B (two-sided)",
          ("derived", "replace"): "2B (derived, one-sided loss)", ("derived", "add_remove"): "B (derived, one-sided loss)"}[self.constant, self.neighbouring]
     notes = (f"B = tau*lambda_r*Delta^2/2 = {p['B']:g}; gamma = epsilon/K = {p['gamma']:.4g} with K = {K}; "
@@ -414,7 +414,9 @@ def _sgld_report(self: SGLD, p: dict, w: np.ndarray) -> PrivacyReport:
              + ("per-user ε_i = w_i·ε for public weights fixed to the user's slot; " if self.weights is not None else "")
              + f"{_audit_note()}; V is released with the item biases c, U and b are not (each user fits them locally); "
              "the per-epoch training history and hyperparameters tuned on the data are not covered")
-    return PrivacyReport(released=("V",), unit=unit, epsilon=float(eps_w.max()), delta=0.0,
+    return PrivacyReport(released=("V",), unit="user", epsilon=float(eps_w.max()), delta=0.0, neighbouring=self.neighbouring,
+                         coverage="conditional", condition="if V were an exact posterior sample (the release is an SGLD "
+                         f"iterate{' drawn with a reused Gaussian table' if self.noise == 'table' else ''}: no ε is certified for the chain run)",
                          method="one posterior sample (Wang et al. 2015) by SGLD", notes=notes, scope=scope)
 
 # %% ../nbs/07_sgld.ipynb #53f0687d

@@ -15,11 +15,12 @@ __all__ = ['VOCABULARY', 'parameter_table', 'paper_names']
 
 # %% ../nbs/01c_vocabulary.ipynb #4589b6b3
 VOCABULARY: dict = {   # every parameter name a mechanism may declare, with its one meaning
-    "d": "rank of the factors U and V", "epsilon": "ε the noise is calibrated to (the privacy report states the guarantee that results)",
+    "d": "rank of the factors U and V", "epsilon": "the target ε for `unit`: the noise is calibrated so that the report states it",
+    "unit": "the privacy unit epsilon is for: 'rating' or 'user'",
     "delta": "δ of the guarantee", "epochs": "iterations of the main loop (passes, gradient steps, protocol or EM rounds)",
     "lr": "step size", "lr_decay": "factor on the step after each epoch", "lr_exponent": "the step decays as (1 + t)^-lr_exponent",
     "reg": "regularisation λ", "reg_u": "regularisation of U", "reg_v": "regularisation of V", "reg_bias": "regularisation (prior precision) of the biases",
-    "reg_local": "ridge λ of a user's local fit", "threads": "threads to run (None: 1)", "seed": "seed of every random draw",
+    "reg_local": "ridge λ of a user's local fit", "threads": "threads to run (None: 1)", "seed": "seed of every random draw (None: drawn from the OS, secret; a number: reproducible, public)",
     "solver": "how the (main) minimisation is solved", "noise": "how the noise is drawn", "max_norm": "L2 bound rows are clipped to",
     "pmf_solver": "solver of the plain MF inside", "pmf_epochs": "epochs of the plain MF inside", "pmf_reg": "regularisation of the plain MF inside",
     "pmf_lr": "step size of the plain MF inside", "init_std": "standard deviation of the initial factors", "bias": "fit the mean and biases",

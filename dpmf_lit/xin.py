@@ -14,6 +14,7 @@ from numba import njit
 from tqdm.auto import tqdm
 from . import checks
 from .checks import Choice, Float, Int, Positive
+from .privacy import Unit
 from .data import Ratings
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
 
@@ -240,7 +241,8 @@ class XinPublicPrivate(Mechanism):
                  sweeps: Int(0) = 3,        # PMD: passes of greedy swaps
                  trace: Choice("uniform", "weighted") = "uniform",  # trace norm of the public EM: 'uniform' or 'weighted'
                  zeta: Float(0, 1) = 0.1,   # smoothing of the weighted trace norm's marginals, in [0, 1]
-                 seed: Int(0) = 0):         # seed of the EM start, the public draw, the responses and the validation split
+                 seed: Int(0) | None = None,  # None: secret, from the OS; else the EM start, public draw, responses, validation split
+                 unit: Unit("user") = "user"):  # per (private) user: 'laplace' and 'sslp' are local DP of a user's whole vector
         "Nothing to add: the base class checks and stores each parameter."
 
 # %% ../nbs/08_public_private.ipynb #09ac4385
@@ -259,12 +261,14 @@ def _users(self: XinPublicPrivate, train: Ratings) -> tuple[np.ndarray, np.ndarr
 def report(self: XinPublicPrivate, m: int) -> PrivacyReport:
     "The report: ε only for the Laplace baseline; deniability is not DP."
     base = "public users' ratings are released to the server in full (no protection)"
+    covered = dict(coverage="conditional", condition="for the private users only (public users' ratings go to the server in full)",
+                   neighbouring="replace")
     if self.mode == "laplace":
-        return PrivacyReport(released=("V",), unit="user", epsilon=m * self.epsilon, delta=0.0, method=
+        return PrivacyReport(released=("V",), unit="user", epsilon=m * self.epsilon, delta=0.0, **covered, method=
             f"Laplace on each entry of the clipped completed vector, scale Δ/ε with ε={self.epsilon:g} per entry; m={m} entries",
             scope=f"local DP of each responding private user's whole vector (m·ε); {base}")
     if self.mode == "sslp":
-        return PrivacyReport(released=("V",), unit="user", epsilon=self.epsilon, delta=0.0, method=
+        return PrivacyReport(released=("V",), unit="user", epsilon=self.epsilon, delta=0.0, **covered, method=
             f"Duchi et al.'s l-infinity sampler on the clipped centred completed vector (eps={self.epsilon:g}, B = half the rating range)",
             scope=f"local DP of each responding private user's whole completed vector, hence of all their ratings given the server's (mu, V); {base}")
     what = {"local": "private users release nothing (Eq. 4 on the device)",

@@ -46,7 +46,7 @@ def test_parameters_are_documented_in_the_signature(name):
     cls = MECHANISMS[name]
     assert inspect.getdoc(cls) and inspect.getdoc(cls) != inspect.getdoc(Mechanism), f"{name}: no class docstring"
     docs = cls.parameter_docs()
-    assert docs and [k for k, _, _ in docs] == cls.parameter_names()
+    assert [k for k, _, _ in docs] == cls.parameter_names()   # a mechanism may have none (the global mean)
     missing = [k for k, _, doc in docs if not doc]
     assert not missing, f"{name}: parameters without a comment in the signature: {missing}"
     assert set(cls.test_params) <= set(cls.parameter_names())
@@ -71,13 +71,29 @@ def test_fit_and_predict(name, split):
 @pytest.mark.parametrize("name", NAMES)
 def test_same_seed_same_numbers_other_seed_other_numbers(name, split):
     train, _ = split
-    a, b = build(name).fit(train), build(name).fit(train)
+    seeded = {"seed": 3} if "seed" in MECHANISMS[name].parameter_names() else {}
+    a, b = build(name, **seeded).fit(train), build(name, **seeded).fit(train)
     for x, y in ((a.U, b.U), (a.V, b.V), (a.user_bias, b.user_bias), (a.item_bias, b.item_bias)):
         if x is None: assert y is None
         else: np.testing.assert_array_equal(x, y)
-    if "seed" in MECHANISMS[name].parameter_names():
-        c = build(name, seed=build(name).seed + 1).fit(train)
-        assert not (np.array_equal(a.U, c.U) and np.array_equal(a.V, c.V)), f"{name}: seed changes nothing"
+    if seeded:
+        c = build(name, seed=4).fit(train)
+        same = lambda x, y: x is None and y is None or x is not None and y is not None and np.array_equal(x, y)
+        assert not all(same(x, y) for x, y in ((a.U, c.U), (a.V, c.V), (a.user_bias, c.user_bias), (a.item_bias, c.item_bias))), \
+            f"{name}: seed changes nothing"
+        if a.privacy.method != "non-private": assert a.privacy.randomness == "public" and a.privacy.seed == 3
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if getattr(MECHANISMS[n](), "seed", 0) is None] if NAMES else [])
+def test_a_private_mechanism_keeps_its_randomness_secret_by_default(name, split):
+    "seed=None (the default of every mechanism that adds noise): a seed from the OS, never stored; two fits differ."
+    train, _ = split
+    a, b = build(name).fit(train), build(name).fit(train)
+    assert a.params["seed"] is None and a.privacy.randomness == "secret" and a.privacy.seed is None
+    assert "randomness secret" in a.privacy.summary()
+    same = lambda x, y: x is None and y is None or x is not None and y is not None and np.array_equal(x, y)
+    assert not all(same(x, y) for x, y in ((a.U, b.U), (a.V, b.V), (a.user_bias, b.user_bias), (a.item_bias, b.item_bias))), \
+        f"{name}: two secret fits agree"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -87,15 +103,20 @@ def test_privacy_report(name, split):
     assert isinstance(rep, PrivacyReport)
     d = rep.to_dict()
     assert {"released", "unit", "epsilon", "delta", "method", "scope", "summary"} <= set(d)
-    assert rep.released and set(rep.released) <= {"U", "V"}
+    assert {"coverage", "condition", "neighbouring", "randomness", "epsilon_user"} <= set(d)
+    assert set(rep.released) <= {"U", "V", "item_bias", "user_bias", "mean"}
     if rep.private:
-        assert isinstance(rep.unit, str) and rep.unit and rep.method and rep.method != "non-private"
-        assert math.isfinite(rep.epsilon) and rep.epsilon > 0 and rep.delta is not None and 0 <= rep.delta < 1
+        assert rep.unit in ("rating", "user") and rep.method and rep.method != "non-private"
+        assert math.isfinite(rep.epsilon) and rep.epsilon >= 0 and rep.delta is not None and 0 <= rep.delta < 1
         assert rep.scope.strip() and rep.scope.strip().rstrip(".") in rep.summary()
+        assert rep.coverage in ("end-to-end", "conditional") and rep.neighbouring in ("replace", "add_remove")
         assert rep.summary().startswith(rep.guarantee())
+        assert rep.randomness in (("secret", "public") if "seed" in MECHANISMS[name].parameter_names() else ("",))   # nothing drawn: nothing to keep secret
+        if rep.coverage == "conditional": assert rep.summary().startswith(rep.condition)   # the condition leads
+        if rep.unit == "rating": assert rep.epsilon_user >= rep.epsilon   # per user by group privacy
         json.dumps(d)
     else:
-        assert rep.epsilon is None and rep.delta is None and rep.unit is None
+        assert rep.epsilon is None and rep.delta is None and rep.coverage == "none"
         # plain non-private, or a weaker notion named by `method` (e.g. element-wise deniability), never passed off as DP
         lead = "non-private" if rep.method == "non-private" else f"no differential-privacy guarantee: {rep.method}"
         assert rep.summary().startswith(lead), rep.summary()
@@ -173,6 +194,7 @@ class ThrowAway(Mechanism):
         mean = float(train.rating.mean()) + self.rng().laplace(0.0, scale)
         return Factors(U=np.ones((train.n_users, 1)), V=np.full((train.n_items, 1), mean),
                        privacy=PrivacyReport(released=("V",), unit="rating", epsilon=self.epsilon, delta=0.0,
+                                             coverage="end-to-end", neighbouring="replace",
                                              method="Laplace mechanism", scope="for the released mean, n public"))
 '''
 
@@ -242,9 +264,10 @@ def test_options_are_keyword_only_with_a_short_repr_and_get_set_params(name):
     m = build(name)
     assert repr(m).startswith(type(m).__name__ + "(") and len(repr(m)) < 200
     before = m.get_params()
-    assert m.set_params(seed=5) is m and m.get_params() == {**before, "seed": 5}
-    with pytest.raises(ValueError, match="seed=-1"): m.set_params(seed=-1)
-    assert m.seed == 5
+    if "seed" in cls.parameter_names():   # the deterministic baselines have none
+        assert m.set_params(seed=5) is m and m.get_params() == {**before, "seed": 5}
+        with pytest.raises(ValueError, match="seed=-1"): m.set_params(seed=-1)
+        assert m.seed == 5
     assert get_mechanism(cls.__name__) is cls and get_mechanism(cls.name) is cls   # the CLI name from the class and back
 
 

@@ -1,0 +1,111 @@
+"""Privacy reports that mean what they say: every mechanism with a guarantee runs at a target ε for its unit and
+reports that ε; a guarantee the proof does not cover prints no (ε, δ) headline; a conditional one leads with its
+condition; units and targets are checked by name before any work."""
+import json, math
+
+import numpy as np
+import pytest
+
+from dpmf_lit.mechanism import mechanisms
+from dpmf_lit.testing import small_split
+from test_cli import SMALL, dpmf
+
+MECHANISMS = mechanisms()
+# the configuration under which each mechanism has a guarantee to calibrate (others: no guarantee, say so below)
+TARGETS = {"hua": {}, "hua-protocol": {}, "dp-pmf": {}, "pdp-pmf": {"dropped": "zero"}, "gauss": {"variant": "both"},
+           "sgld": {}, "xin": {"mode": "sslp"}, "dp-bias": {}}
+UNITS = {"hua": "rating", "hua-protocol": "rating", "dp-pmf": "rating", "pdp-pmf": "rating", "gauss": "rating",
+         "sgld": "user", "xin": "user", "dp-bias": "user"}
+
+
+@pytest.fixture(scope="module")
+def split():
+    return small_split()
+
+
+def build(name, **kw):
+    cls = MECHANISMS[name]
+    return cls(**{**cls.test_params, "seed": 0, **kw})
+
+
+def test_every_mechanism_with_an_epsilon_is_calibrated_here():
+    "A new mechanism with an `epsilon` parameter must join TARGETS (or the test names it)."
+    with_eps = {n for n, c in MECHANISMS.items() if "epsilon" in c.parameter_names()}
+    assert with_eps <= set(TARGETS), f"mechanisms with epsilon and no target test: {sorted(with_eps - set(TARGETS))}"
+
+
+@pytest.mark.parametrize("name", sorted(set(TARGETS) & set(MECHANISMS)))
+@pytest.mark.parametrize("epsilon", [0.3, 0.8])
+def test_ask_for_epsilon_get_a_report_of_epsilon(name, epsilon, split):
+    train, _ = split
+    rep = build(name, epsilon=epsilon, **TARGETS[name]).fit(train).privacy
+    assert rep.private and rep.coverage in ("end-to-end", "conditional"), rep.summary()
+    assert rep.unit == UNITS[name] and rep.unit == MECHANISMS[name]().unit
+    assert math.isclose(rep.epsilon, epsilon, rel_tol=1e-6), (name, rep.epsilon)
+
+
+@pytest.mark.parametrize("name", sorted(set(TARGETS) & set(MECHANISMS)))
+def test_units_and_targets_are_checked_by_name(name):
+    other = "user" if UNITS[name] == "rating" else "rating"
+    with pytest.raises(ValueError, match="unit='household' is not a privacy unit"): build(name, unit="household")
+    with pytest.raises(ValueError, match=f"unit='{other}': this mechanism's guarantee is per {UNITS[name]} only"): build(name, unit=other)
+    for bad in (0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="epsilon="): build(name, epsilon=bad, **TARGETS[name])
+
+
+def test_gauss_paper_variant_prints_no_headline(split):
+    train, _ = split
+    rep = build("gauss").fit(train).privacy
+    assert rep.coverage == "none" and rep.epsilon is None and rep.epsilon_claimed > 0
+    assert rep.summary().startswith("no differential-privacy guarantee") and "-DP per" not in rep.summary()
+    with pytest.raises(ValueError, match="only variant='both'"): build("gauss", epsilon=1.0)
+    with pytest.raises(ValueError, match="give one of them"): build("gauss", epsilon=1.0, variant="both", step_epsilon=0.5)
+    with pytest.raises(ValueError, match="needs step_epsilon >= 1"): build("gauss", epsilon=1e4, variant="both")
+
+
+def test_gauss_target_is_the_toolkits_epsilon(split):
+    "The calibrated run's ε is what dp_accounting's PLD gives for its 2J Gaussian releases."
+    from dpmf_lit.privacy import classic_noise_multiplier, dp_accounting_pld_epsilon
+    m = build("gauss", epsilon=0.8, variant="both", epochs=7)
+    z = classic_noise_multiplier(m.step_epsilon, m.step_delta)
+    assert math.isclose(dp_accounting_pld_epsilon(z, 14, m.delta), 0.8, rel_tol=2e-3)
+
+
+def test_pdp_remove_reading_has_no_guarantee_and_zero_reading_is_conditional(split):
+    train, _ = split
+    rem, zero = build("pdp-pmf").fit(train).privacy, build("pdp-pmf", dropped="zero").fit(train).privacy
+    assert rem.coverage == "none" and rem.epsilon is None and "-DP per" not in rem.summary()
+    assert "for a value change" in rem.method
+    assert zero.coverage == "conditional" and zero.summary().startswith("given U")
+    with pytest.raises(ValueError, match="needs dropped='zero'"): build("pdp-pmf", epsilon=0.5)
+    with pytest.raises(ValueError, match="not both"): build("pdp-pmf", epsilon=0.5, dropped="zero", threshold=0.4)
+
+
+def test_conditional_reports_lead_with_their_condition(split):
+    train, _ = split
+    for name, lead in (("hua", "given U"), ("dp-pmf", "given U"), ("sgld", "if V were an exact posterior sample")):
+        rep = build(name).fit(train).privacy
+        assert rep.coverage == "conditional" and rep.summary().startswith(lead), rep.summary()
+
+
+def test_per_rating_reports_give_the_per_user_value_by_group_privacy(split):
+    train, _ = split
+    k = int(np.bincount(train.user).max())
+    rep = build("hua", epsilon=0.5).fit(train).privacy
+    assert rep.epsilon_user == pytest.approx(0.5 * k) and rep.delta_user == 0 and f"k = {k}" in rep.user_note
+    g = build("gauss", variant="both", epsilon=0.8).fit(train).privacy
+    assert g.epsilon_user == pytest.approx(0.8 * k) and g.delta_user >= min(1.0, k * g.delta)
+
+
+def test_cli_prints_no_headline_for_gauss_and_the_condition_first_for_hua():
+    g = dpmf("fit", "gauss", "--dataset", SMALL, "--set", "d=3", "--set", "epochs=3")
+    assert g.returncode == 0, g.stderr
+    assert "no differential-privacy guarantee" in g.stdout and "-DP per" not in g.stdout and "the paper's ε =" in g.stdout
+    h = dpmf("fit", "hua", "--dataset", SMALL, "--set", "d=3", "--json")
+    rep = json.loads(h.stdout)["privacy"]
+    assert rep["coverage"] == "conditional" and rep["summary"].startswith("given U") and rep["randomness"] == "secret"
+    s = dpmf("fit", "hua", "--dataset", SMALL, "--set", "d=3", "--set", "seed=5", "--json")
+    rep = json.loads(s.stdout)["privacy"]
+    assert rep["randomness"] == "public" and rep["seed"] == 5 and "not private against anyone who knows the seed" in rep["summary"]
+    bad = dpmf("fit", "hua", "--dataset", SMALL, "--set", "unit=user")
+    assert bad.returncode == 2 and bad.stderr.startswith("dpmf: error: unit='user'"), bad.stderr
