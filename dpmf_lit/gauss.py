@@ -211,7 +211,7 @@ def _target(self: GaussMF, epsilon: float):
 
 # %% ../nbs/06_gaussian_mf.ipynb #2e12500e
 @patch
-def report(self: GaussMF, J_run: int, tau: float) -> PrivacyReport:
+def report(self: GaussMF, J_run: int, tau: float, span: float | None = None) -> PrivacyReport:
     "The privacy report after `J_run` iterations: all three ε in the notes, the `accounting` one as headline."
     per_step = 2 if self.variant == "both" else 1
     eps = gauss_epsilons(J_run, self.step_epsilon, self.step_delta, self.delta, per_step)
@@ -233,7 +233,11 @@ def report(self: GaussMF, J_run: int, tau: float) -> PrivacyReport:
     if self.variant == "paper":   # no guarantee: the composed value is the paper's claim, in epsilon_claimed and the notes
         return PrivacyReport(released=("U",), unit="rating", method=f"the paper's accounting ({how}) of a composition its proof "
                              "does not cover", epsilon_claimed=eps[self.accounting], notes=notes, scope=scope, neighbouring="replace")
-    return PrivacyReport(released=("U", "V"), unit="rating", epsilon=eps[self.accounting], delta=self.delta, coverage="end-to-end",
+    conds = ([f"given the {J_run} iterations run, which the tol rule chose from the raw training RMSE"] if self.tol is not None else []) + \
+            ([f"if no rating's value moves by more than τ = {tau:g} (the data's range is {span:g}; ratings are not clipped)"]
+             if span is not None and tau < span else [])
+    cover = dict(coverage="conditional", condition="; ".join(conds)) if conds else dict(coverage="end-to-end")
+    return PrivacyReport(released=("U", "V"), unit="rating", epsilon=eps[self.accounting], delta=self.delta, **cover,
                          neighbouring="replace", method=f"{how}; variant={self.variant}", notes=notes, scope=scope)
 
 # %% ../nbs/06_gaussian_mf.ipynb #5a24bf17
@@ -258,7 +262,7 @@ def _fit(self: GaussMF, train: Ratings, progress: bool = False, valid: Ratings |
         history.append(h)
         if self.tol is not None and prev - rmse < self.tol: break
         prev = rmse
-    report = self.report(J_run, tau) if self.private else PrivacyReport(released=("U",))
+    report = self.report(J_run, tau, float(train.rating_max) - float(train.rating_min)) if self.private else PrivacyReport(released=("U",))
     return Factors(U=T, V=X, history=history, privacy=report, params={"epochs_run": J_run, "rating_range": tau})
 
 def heldout_rmse(X, T, test: Ratings) -> float:
