@@ -211,7 +211,7 @@ def _target(self: GaussMF, epsilon: float):
 
 # %% ../nbs/06_gaussian_mf.ipynb #2e12500e
 @patch
-def report(self: GaussMF, J_run: int, tau: float, span: float | None = None) -> PrivacyReport:
+def report(self: GaussMF, J_run: int, tau: float, span: float | None = None, k: int | None = None) -> PrivacyReport:
     "The privacy report after `J_run` iterations: all three ε in the notes, the `accounting` one as headline."
     per_step = 2 if self.variant == "both" else 1
     eps = gauss_epsilons(J_run, self.step_epsilon, self.step_delta, self.delta, per_step)
@@ -237,6 +237,11 @@ def report(self: GaussMF, J_run: int, tau: float, span: float | None = None) -> 
             ([f"if no rating's value moves by more than τ = {tau:g} (the data's range is {span:g}; ratings are not clipped)"]
              if span is not None and tau < span else [])
     cover = dict(coverage="conditional", condition="; ".join(conds)) if conds else dict(coverage="end-to-end")
+    if k:   # a user's k ratings move ∇Θ's row by <= kτC and k rows of ∇X by τC each: one Gaussian of multiplier z/√(k(k+1)) a step
+        z = classic_noise_multiplier(self.step_epsilon, self.step_delta)
+        cover.update(epsilon_user=gaussian_epsilon_exact(z / math.sqrt(k * (k + 1)), J_run, self.delta), delta_user=self.delta,
+                     user_note=f"k = {k} ratings of one user (the most any user has; read from the data) changed in value: per "
+                               f"step ‖Δ(∇X, ∇Θ)‖ <= τC√(k(k+1)), {J_run} Gaussian releases composed exactly")
     return PrivacyReport(released=("U", "V"), unit="rating", epsilon=eps[self.accounting], delta=self.delta, **cover,
                          neighbouring="replace", method=f"{how}; variant={self.variant}", notes=notes, scope=scope)
 
@@ -262,7 +267,8 @@ def _fit(self: GaussMF, train: Ratings, progress: bool = False, valid: Ratings |
         history.append(h)
         if self.tol is not None and prev - rmse < self.tol: break
         prev = rmse
-    report = self.report(J_run, tau, float(train.rating_max) - float(train.rating_min)) if self.private else PrivacyReport(released=("U",))
+    span, k = float(train.rating_max) - float(train.rating_min), int(np.bincount(train.user).max())
+    report = self.report(J_run, tau, span, k) if self.private else PrivacyReport(released=("U",))
     return Factors(U=T, V=X, history=history, privacy=report, params={"epochs_run": J_run, "rating_range": tau})
 
 def heldout_rmse(X, T, test: Ratings) -> float:

@@ -283,7 +283,7 @@ def report(self: DPPMF, train: Ratings) -> PrivacyReport:
     pld = PrivacyAccountant("rating", "replace", ("V",)).pure(self.epsilon, self.epochs).epsilon(1e-5, "pld")[0] if self.noise == "fresh" else None
     return PrivacyReport(
         released=("V",), unit="rating", epsilon=m, delta=0.0, coverage="conditional", neighbouring="replace",
-        condition="given U, trained without noise on the same ratings and not released",
+        condition=f"given U{_V0(self)}, trained without noise on the same ratings and not released",
         scope=f"for V given U ({nb}); U is trained without noise on the same ratings and not covered{start}; "
               "no finite epsilon under add/remove",
         method=f"objective perturbation (Zhang et al. Thm 4 = Hua et al. Scenario 1), L2-Laplace noise, Delta = {Delta:g}, {how}",
@@ -362,7 +362,8 @@ def report(self: PDPPMF, train: Ratings, spec: PrivacySpec, t: float) -> Privacy
     Delta = self.Delta(train)
     per = self.per_rating_epsilon(spec, t, float(train.rating_max) - float(train.rating_min), Delta)
     met = float(np.mean(per <= spec.epsilon + 1e-12))
-    covered = dict(epsilon=float(per.max()), delta=0.0, coverage="conditional", condition="given U, trained without noise on the sample and not released")
+    covered = dict(epsilon=float(per.max()), delta=0.0, coverage="conditional",
+                   condition=f"given U{_V0(self)}, trained without noise on the sample and not released")
     if self.dropped == "remove":   # the paper's neighbour (a rating removed) changes the pattern: no guarantee; a value change is in the notes
         covered = dict(epsilon=None, method_note="; the paper's personalized guarantee does "
                        f"not hold under its own neighbour (a rating removed); what holds: V given U is {per.max():.4g}-DP for a value change, no personalization")
@@ -378,6 +379,10 @@ def report(self: PDPPMF, train: Ratings, spec: PrivacySpec, t: float) -> Privacy
         notes=(f"per rating: delivered eps in [{per.min():.4g}, {per.max():.4g}] (mean {per.mean():.4g}); requested eps_ij in "
                f"[{spec.epsilon.min():.4g}, {spec.epsilon.max():.4g}] (mean {spec.epsilon.mean():.4g}); request met for "
                f"{100 * met:.1f}% of the ratings; epsilon is the worst case over ratings" + _fresh_note(self, t)))
+
+def _V0(self) -> str:
+    "' and the start V0 of the gradient phase' when that start is step 1's non-private V (the gd iterate depends on it)."
+    return " and the start V0 of the gradient phase" if self.solver == "gd" and self.v_init == "pmf" else ""
 
 def _fresh_note(self: PDPPMF, t: float) -> str:
     "Fresh noise: the k2 steps at eps = t composed by the toolkit's PLD accountant, next to the pure k2 t the report uses."

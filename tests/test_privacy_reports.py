@@ -93,8 +93,12 @@ def test_per_rating_reports_give_the_per_user_value_by_group_privacy(split):
     k = int(np.bincount(train.user).max())
     rep = build("hua", epsilon=0.5).fit(train).privacy
     assert rep.epsilon_user == pytest.approx(0.5 * k) and rep.delta_user == 0 and f"k = {k}" in rep.user_note
-    g = build("gauss", variant="both", epsilon=0.8).fit(train).privacy
-    assert g.epsilon_user == pytest.approx(0.8 * k) and g.delta_user >= min(1.0, k * g.delta)
+    m = build("gauss", variant="both", epsilon=0.8)
+    g = m.fit(train).privacy   # Gaussian releases: the user's k ratings as one Gaussian of multiplier z/√(k(k+1)), not δ-blowing group privacy
+    from dpmf_lit.privacy import classic_noise_multiplier, gaussian_epsilon_exact
+    z = classic_noise_multiplier(m.step_epsilon, m.step_delta)
+    assert g.delta_user == g.delta and g.epsilon_user == pytest.approx(gaussian_epsilon_exact(z / math.sqrt(k * (k + 1)), m.epochs, g.delta))
+    assert g.epsilon < g.epsilon_user < math.inf and f"k = {k}" in g.user_note
 
 
 def test_cli_prints_no_headline_for_gauss_and_the_condition_first_for_hua():
@@ -119,3 +123,11 @@ def test_gauss_both_is_conditional_when_the_data_choose_the_iterations_or_tau_is
     small = build("gauss", variant="both", rating_range=0.5).fit(train).privacy
     assert small.coverage == "conditional" and small.summary().startswith("if no rating's value moves by more than τ = 0.5")
     assert build("gauss", variant="both").fit(train).privacy.coverage == "end-to-end"
+
+
+def test_a_gradient_phase_started_from_step_1_is_in_the_condition(split):
+    "DP-PMF/PDP-PMF with solver='gd' from step 1's non-private V: the iterate depends on V0, so the condition names it."
+    train, _ = split
+    gd = build("dp-pmf", solver="gd", v_init="pmf").fit(train).privacy
+    assert gd.summary().startswith("given U and the start V0 of the gradient phase")
+    assert build("dp-pmf", solver="gd", v_init="zero").fit(train).privacy.summary().startswith("given U, trained")
