@@ -113,6 +113,11 @@ class Biases(Mechanism):
         pass
 
 @patch
+def work(self: Biases, train: Ratings) -> dict:
+    "A sweep is a few numpy passes over the ratings plus a fixed cost (about 1e5 multiply-adds' time): a huge `epochs` is refused before it starts."
+    return {"epochs": float(self.epochs) * (10.0 * len(train) + 1e5)}
+
+@patch
 def _fit(self: Biases, train: Ratings, progress: bool = False) -> Factors:
     mu = float(np.mean(train.rating, dtype=np.float64))
     b, c, history = als_biases(train, mu, self.reg, self.epochs)
