@@ -8,6 +8,7 @@ Modules:
 - `dpmf_lit.cli`: `dpmf`: fetch and list data, fit a mechanism, benchmark the kernels, reproduce every figure.
 - `dpmf_lit.data`: The ratings data model, loaders of the published formats, data sets by name (fetched and verified), subsets, splits and a synthetic generator, in one namespace.
 - `dpmf_lit.datasets`: Data sets by name: where `settings.ini` says each one lives, fetching MovieLens 100K (GroupLens or the RecBole wheel on PyPI), verifying count and checksum, and loading.
+- `dpmf_lit.dpals`: Chien et al. (2021): each user solves their own profile on their device; the items solve from Gaussian-noised sufficient statistics; user-level joint differential privacy, composed over the rounds
 - `dpmf_lit.experiment`: What an experiment notebook calls — `load_ratings`, `experiment_dir`, `save_figure`, `record` — and the small parsers of parameters and data-set names it shares with the command line.
 - `dpmf_lit.fixed_point`: Encoding reals as residues mod $P$ so that masked sums decode exactly: the arithmetic of Hua et al.'s (2015) masked aggregation.
 - `dpmf_lit.formats`: Loaders for the published rating files (MovieLens, Netflix Prize, Yahoo! Music, Anime): one strict grammar per format, parsed in one numba pass, and every refusal names the file and the line.

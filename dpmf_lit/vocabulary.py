@@ -43,6 +43,9 @@ VOCABULARY: dict = {   # every parameter name a mechanism may declare, with its 
     "select": "how public users are chosen", "mode": "what private users send", "n_private": "private users who respond",
     "weight": "weight of a private response", "batch": "responses between server updates", "sweeps": "passes of greedy swaps",
     "trace": "trace norm of the public EM", "zeta": "smoothing of the weighted trace norm",
+    "sampling": "which of a user's ratings are kept", "clip_rating": "centred ratings (residuals) clipped to ± this",
+    "reg_exponent": "the ridge grows as the count to this power", "center": "what the ratings are centred on",
+    "count_share": "share of the privacy budget spent on the counts and sums",
 }
 
 # %% ../nbs/01c_vocabulary.ipynb #5d7ace1a
