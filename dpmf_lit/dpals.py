@@ -96,7 +96,7 @@ class DPALS(Mechanism):
                  sampling: Choice("uniform", "tail") = "uniform",  # which τ: uniformly at random, or those of the least-rated items (noisy counts)
                  max_norm: Positive = 0.1,       # Γ_u: each u_i scaled to norm ≤ Γ_u before it enters the item statistics
                  clip_rating: Positive | None = None,  # Γ_r: centred residuals clipped to ±Γ_r (None: half the scale's width)
-                 reg: Float(0) = 1000.0,         # λ: ridge of each item solve, times (ñ_j + 1)^e
+                 reg: Positive = 1000.0,         # λ: ridge of each item solve, times (ñ_j + 1)^e
                  reg_exponent: Float(0) = 0.0,   # e: the item ridge grows as the noisy count to this power
                  reg_local: Positive = 5.0,      # λ_u: ridge of each user's solve on the device (profile and bias)
                  reg_bias: Float(0) = 5.0,       # λ of the item offsets (the dp-bias estimator) when center='item'
@@ -145,8 +145,10 @@ def privacy_report(self: DPALS, z0: float, z: float) -> PrivacyReport:
     if exact > self.epsilon * (1 + 1e-9): raise RuntimeError(f"calibration failed: ε={exact:g} > {self.epsilon:g}")
     acc = (PrivacyAccountant(unit="user", neighbouring=self.neighbouring, released=("V", "item_bias"))
            .gaussian(z0, 1, "item sums and counts").gaussian(z, self.epochs, "item statistics (A_j, beta_j)"))
-    scope = ("V, the item offsets and noisy counts, and anything computed from them; each user's u_i and b_i are computed "
-             "on the user's device and never released; parameters chosen by looking at the data are not covered")
+    scope = ("joint DP: V, the item offsets and noisy counts, and anything computed from them; each user's u_i and b_i are "
+             "computed on the user's device and released to no one (the model's U and user_bias stand for those devices: "
+             "not covered, never to be published or served to others); the item catalogue and user roster are taken as "
+             "public; the fit's time and any validation score, and parameters chosen by looking at the data, are not covered")
     rep = acc.report(self.delta, "rdp", f"Gaussian-DP mu = {mu:.4g}; exact epsilon {exact:.6g}", scope)
     return replace(rep, epsilon=self.epsilon, method=f"{self.epochs + 1} Gaussian releases composed exactly in Gaussian DP "
                    f"(Dong, Roth & Su 2019), analytic conversion (Balle & Wang 2018); the PrivacyAccountant's RDP bound: epsilon <= {rep.epsilon:.4g}")
@@ -160,6 +162,7 @@ def by_item(train: Ratings, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
 
 @patch
 def _fit(self: DPALS, train: Ratings, progress: bool = False) -> Factors:
+    train.validate()        # a repeated (user, item) pair would count twice against τ: refused by name, before any work
     m0, lo, hi = public_mean(train, self.mean), train.rating_min, train.rating_max
     clip_r = (hi - lo) / 2 if self.clip_rating is None else self.clip_rating
     z0, z = noise_multipliers(self.epsilon, self.delta, self.epochs, self.count_share)

@@ -85,3 +85,16 @@ def test_the_solve_never_divides_by_less_than_the_ridge():
                                       ({"max_norm": -1}, "max_norm"), ({"unit": "rating"}, "unit='rating'")])
 def test_bad_input_is_refused_by_name(kw, match):
     with pytest.raises(ValueError, match=match): DPALS(**kw)
+
+
+def test_a_repeated_pair_is_refused_before_it_can_break_the_sensitivity():
+    from dpmf_lit.data import Ratings
+    twice = Ratings(np.zeros(3, np.int32), np.zeros(3, np.int32), np.full(3, 4.0, np.float32), 1, 1, 1.0, 5.0, "twice")
+    with pytest.raises(ValueError, match="duplicate"): DPALS(seed=0).fit(twice)
+    with pytest.raises(ValueError, match="reg="): DPALS(reg=0)
+
+
+def test_the_report_says_joint_dp_and_what_the_model_holds_that_is_not_covered():
+    train, _ = small_split()
+    scope = DPALS(d=2, seed=0).fit(train).privacy.scope
+    assert scope.startswith("joint DP") and "U and user_bias" in scope and "catalogue" in scope
