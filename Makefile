@@ -77,6 +77,7 @@ preview: install
 	@echo "open site-preview/index.html"
 
 readme: install
+	$(BIN)/python -c 'from dpmf_lit.compare import sync_index; sync_index()'
 	$(BIN)/python -m dpmf_lit.site --readme
 
 lock:

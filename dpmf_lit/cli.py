@@ -20,7 +20,7 @@ from .reproduce import reproduce
 
 # %% auto #0
 __all__ = ['PATHS_HELP', 'USER_ERRORS', 'cmd_data_list', 'cmd_data_fetch', 'mechanism_help', 'mechanism_parameters_help',
-           'numba_compile_seconds', 'fit_report', 'fit_summary', 'cmd_fit', 'cmd_bench', 'cmd_reproduce',
+           'numba_compile_seconds', 'fit_report', 'fit_summary', 'cmd_fit', 'cmd_bench', 'cmd_reproduce', 'cmd_compare',
            'build_parser', 'main']
 
 # %% ../nbs/93_cli.ipynb #597dacc7
@@ -413,6 +413,41 @@ def _bench_and_reproduce_parsers(sub, common, fmt):
     rep.add_argument("--json", action="store_true", help="with --status or --compare: print JSON rows")
     rep.set_defaults(func=cmd_reproduce)
 
+# %% ../nbs/93_cli.ipynb #b5c47431
+def cmd_compare(args) -> int:
+    "`dpmf compare`: run the batch entry `compare` for the profile (skipped when current), then print its table(s) or JSON."
+    from .compare import UNITS, comparison_table
+    from .results import load_record
+    settings = _settings(args)
+    summary = reproduce(profile=args.profile, only="compare", force=args.force, jobs=1, settings=settings,
+                        progress=not args.no_progress, allow_dirty=args.allow_dirty)
+    if summary.failed: print(summary); return summary.exit_code
+    rec = load_record("compare", settings.results_file)["numbers"]
+    units = UNITS if args.unit is None else (args.unit,)
+    if args.json: print(json.dumps({u: rec["by_unit"][u] for u in units} | {"baselines": rec["baselines"],
+                                   "no_guarantee": rec["no_guarantee"], "beats_nothing_from": rec["beats_nothing_from"],
+                                   "users": rec.get("users")}, indent=1)); return 0
+    for u in units:
+        print(comparison_table(rec, u, rec["epsilons"])); print()
+    print("figures: " + ", ".join(str(settings.figures_dir / "compare" / f"{n}.png") for n in ("compare_epsilon", "compare_users")))
+    return 0
+
+def _compare_parser(sub, common, fmt):
+    "`dpmf compare`."
+    c = sub.add_parser("compare", parents=[common], formatter_class=fmt, help="every mechanism at equal privacy, beside the baselines",
+                       description="Run the comparison of nbs/11_compare.ipynb (the batch entry 'compare': one 80/10/10 split, "
+                                   "hyperparameters tuned on validation, several noise seeds) unless its record is current, "
+                                   "regenerate its two figures, and print test RMSE against epsilon per unit beside the baselines.",
+                       epilog="examples:\n  dpmf compare\n  dpmf compare --profile smoke --unit user\n  dpmf compare --json")
+    c.add_argument("--profile", choices=PROFILES, default=None, help="smoke (synthetic, a minute), quick (MovieLens 100K, minutes) or paper; default: settings.ini")
+    c.add_argument("--unit", choices=("user", "rating"), default=None, help="print only the panel of this privacy unit (default: both)")
+    c.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    c.add_argument("--force", action="store_true", help="rerun although the record is current")
+    c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    c.add_argument("--allow-dirty", action="store_true", help="run although the sources differ from the last commit (records marked unpublishable)")
+    c.set_defaults(func=cmd_compare)
+
+
 # %% ../nbs/93_cli.ipynb #da2f21b1
 def build_parser() -> argparse.ArgumentParser:
     "The `dpmf` argument parser with its subcommands."
@@ -425,6 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
     _data_parsers(sub, common, fmt)
     _fit_parser(sub, common, fmt)
     _bench_and_reproduce_parsers(sub, common, fmt)
+    _compare_parser(sub, common, fmt)
     return top
 
 # %% ../nbs/93_cli.ipynb #4e7d9e1f
