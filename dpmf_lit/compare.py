@@ -17,9 +17,10 @@ from .mechanism import get_mechanism
 from .mf import evaluate
 
 # %% auto #0
-__all__ = ['CONTENDERS', 'BASELINES', 'NO_GUARANTEE', 'USER_CONTENDERS', 'UNITS', 'INDEX_HEADING', 'three_way_split', 'Contender',
-           'run_contender', 'compare_epsilons', 'compare_users', 'panel', 'beats_nothing_from', 'comparison_record',
-           'comparison_table', 'answer', 'index_block', 'sync_index', 'figure_epsilon', 'figure_users']
+__all__ = ['CONTENDERS', 'BASELINES', 'NO_GUARANTEE', 'USER_CONTENDERS', 'UNITS', 'PAPER_ROWS', 'INDEX_HEADING',
+           'three_way_split', 'Contender', 'run_contender', 'compare_epsilons', 'compare_users', 'panel',
+           'beats_nothing_from', 'comparison_record', 'comparison_table', 'answer', 'paper_verdicts', 'index_block',
+           'sync_index', 'figure_epsilon', 'figure_users']
 
 # %% ../nbs/11_compare.ipynb #a8937126
 def three_way_split(ratings: Ratings, seed: int = 0) -> tuple[Ratings, Ratings, Ratings]:
@@ -192,6 +193,25 @@ def answer(rec: dict, epsilons=(0.1, 1.0, 10.0), meaningful: float = 1.0) -> str
     return " ".join(out)
 
 
+# %% ../nbs/11_compare.ipynb #1d617297
+PAPER_ROWS = (   # (paper key, contender label or no-guarantee label, unit, ε at the paper's setting or None)
+    ("hua", "hua", "rating", 1.0), ("pdp", "dp-pmf (paper's λ_v)", "rating", 0.1), ("pdp", "pdp-pmf (removed)", None, None),
+    ("sgld", "sgld", "user", 1.0), ("gauss", "gauss (paper)", None, None), ("xin", "xin (local)", None, None),
+    ("dpals", "dpals", "user", 1.0))
+
+def paper_verdicts(rec: dict) -> str:
+    "A markdown table: each paper's mechanism at its paper's setting against releasing nothing, read from the record."
+    nothing = rec["baselines"]["user-mean"]
+    lines = ["| paper | mechanism | guarantee | test RMSE | releasing nothing | beats it? |", "|---|---|---|---|---|---|"]
+    for key, label, unit, eps in PAPER_ROWS:
+        if unit is None: v, what = rec["no_guarantee"][label], "none"
+        else:
+            r = rec["by_unit"][unit][label]
+            v, what = r["test_rmse"][r["epsilons"].index(eps)], f"{r['coverage']}, ε = {eps:g} per {unit}"
+        lines.append(f"| `{key}` | {label} | {what} | {v:.3f} | {nothing:.3f} | {'yes' if v < nothing else '**no**'} |")
+    return "\n".join(lines)
+
+
 # %% ../nbs/11_compare.ipynb #b08c61bc
 INDEX_HEADING = "## Which mechanism, at which ε"
 
@@ -204,7 +224,9 @@ def index_block(rec: dict) -> str:
         "**Per user** (one user's ratings replaced):", "", comparison_table(rec, "user"), "",
         "**Per rating** (one rating's value changed; per-user mechanisms at their per-user ε):", "", comparison_table(rec, "rating"), "",
         f"No guarantee (shown only here): " + ", ".join(f"{k} {v:.3f}" for k, v in rec["no_guarantee"].items()) + ".", "",
-        "**The answer.** " + answer(rec)])
+        "**The answer.** " + answer(rec), "",
+        "**Each paper's mechanism at its paper's setting, against releasing nothing** (the rows of the papers table below "
+        "say what else was reproduced):", "", paper_verdicts(rec)])
 
 def sync_index(index=None, results=None) -> bool:
     "Write `index_block` into nbs/index.ipynb (after its introduction); True when the notebook changed."
