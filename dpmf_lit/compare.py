@@ -181,7 +181,7 @@ def answer(rec: dict, epsilons=(0.1, 1.0, 10.0), meaningful: float = 1.0) -> str
         parts = []
         for e in (e for e in epsilons if e in rec["epsilons"]):
             label, v = _best(rec, unit, e)
-            parts.append(f"at ε = {e:g} {label} ({v:.3f}, {'beats' if v < nothing else 'does not beat'} releasing nothing)")
+            parts.append(f"at ε = {e:g} {label} ({v:.3f}: {abs(nothing - v):.3f} {'below' if v < nothing else 'above'} releasing nothing)")
         out.append(f"Per {unit}, the best end-to-end mechanism is " + "; ".join(parts) + ".")
     never = sorted({label for unit in UNITS for label, e in rec["beats_nothing_from"][unit].items() if e is None or e > meaningful})
     out.append(f"Never below releasing nothing ({nothing:.3f}) at any ε ≤ {meaningful:g}: " + ", ".join(never) + ".")
