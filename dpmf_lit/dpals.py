@@ -105,14 +105,14 @@ class DPALS(Mechanism):
                  init_std: Positive = 0.1,       # σ0: standard deviation of the data-independent start V0
                  mean: Float() | None = None,    # public offset m0 (None: the midpoint of the rating scale)
                  seed: Int(0) | None = None):    # None: secret, from the OS; a number: reproducible (and public)
-        noise_multipliers(epsilon, delta, epochs, count_share)   # refuses a share of 0 or 1 by name
+        if not 0 < count_share < 1: raise ValueError(f"count_share={count_share!r} must lie strictly between 0 and 1")
 
 # %% ../nbs/10_dpals.ipynb #daa64f5b
 @patch
 def work(self: DPALS, train: Ratings) -> dict:
     "Multiply-adds: each round builds the statistics (ratings × d²) and solves every row (rows × d³), plus a fixed cost."
     d = float(self.d)
-    return {"rounds": float(self.epochs + 1) * (len(train) * d * d + (train.n_users + train.n_items) * d ** 3 + 1e5)}
+    return {"epochs": float(self.epochs + 1) * (len(train) * d * d + (train.n_users + train.n_items) * d ** 3 + 1e5)}
 
 @patch
 def memory_bytes(self: DPALS, train: Ratings) -> int:
