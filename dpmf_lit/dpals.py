@@ -9,18 +9,18 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 import numpy as np
-from numba import njit, prange
 from fastcore.basics import patch
 from .checks import Choice, Float, Fraction, Int, Positive, check_choice, check_fraction, check_int, check_positive
 from .data import Ratings
 from .kernels import als_sweep, to_csr
+from .hua import _normal_equations, clip_rows
 from .mechanism import Factors, Mechanism, register_mechanism
 from .privacy import NEIGHBOURING, PrivacyAccountant, PrivacyReport, Unit, gaussian_epsilon, gaussian_sigma_analytic
 from .baselines import bias_sensitivity, item_offsets, keep_per_user, public_mean, release_item_totals
 
 # %% auto #0
-__all__ = ['user_step', 'clip_rows', 'item_statistics', 'dpals_sensitivity', 'noisy_statistics', 'solve_items',
-           'noise_multipliers', 'DPALS', 'by_item']
+__all__ = ['user_step', 'item_statistics', 'dpals_sensitivity', 'noisy_statistics', 'solve_items', 'noise_multipliers', 'DPALS',
+           'by_item']
 
 # %% ../nbs/10_dpals.ipynb #156418d0
 def user_step(ratings: Ratings, V, c, m0: float, reg: float) -> tuple[np.ndarray, np.ndarray]:
@@ -30,25 +30,14 @@ def user_step(ratings: Ratings, V, c, m0: float, reg: float) -> tuple[np.ndarray
     return U, b
 
 # %% ../nbs/10_dpals.ipynb #619c0483
-def clip_rows(U, bound: float) -> np.ndarray:
-    "Each row of U scaled to L2 norm at most `bound` (rows already inside the ball unchanged), float64."
-    U = np.asarray(U, np.float64)
-    n = np.linalg.norm(U, axis=1, keepdims=True)
-    return U * np.minimum(1.0, check_positive("bound", bound) / np.maximum(n, 1e-300))
-
-@njit(parallel=True, cache=True, nogil=True)
-def item_statistics(indptr, users, x, U):
-    "Per item j (ratings grouped by item: indptr, users, targets x): A_j = Σ u_i u_iᵀ and β_j = Σ x_ij u_i, float64."
-    m, d = indptr.shape[0] - 1, U.shape[1]
-    A, beta = np.zeros((m, d, d)), np.zeros((m, d))
-    for j in prange(m):
-        for t in range(indptr[j], indptr[j + 1]):
-            i = users[t]
-            for a in range(d):
-                beta[j, a] += x[t] * U[i, a]
-                for e in range(d):
-                    A[j, a, e] += U[i, a] * U[i, e]
+def item_statistics(indptr, users, x, U) -> tuple[np.ndarray, np.ndarray]:
+    "Per item j (ratings grouped by item: indptr, users, targets x): A_j = Σ u_i u_iᵀ and β_j = Σ x_ij u_i, float64 — the normal-equation kernel of 03_hua_dpmf with no ridge."
+    U = np.ascontiguousarray(U, np.float64)
+    m, d = len(indptr) - 1, U.shape[1]
+    A, beta = np.empty((m, d, d)), np.empty((m, d))
+    _normal_equations(np.asarray(indptr, np.int64), np.asarray(users, np.int32), np.asarray(x, np.float64), U, 0.0, A, beta)
     return A, beta
+
 
 # %% ../nbs/10_dpals.ipynb #f6ea9b00
 def dpals_sensitivity(max_ratings: int, neighbouring: str = "replace") -> float:
