@@ -78,6 +78,7 @@ preview: install
 
 readme: install
 	$(BIN)/python -c 'from dpmf_lit.compare import sync_index; sync_index()'
+	$(BIN)/python -c 'from dpmf_lit.audit import sync_papers_table; sync_papers_table()'
 	$(BIN)/python -m dpmf_lit.site --readme
 
 lock:

@@ -2,6 +2,7 @@
 
 Modules:
 
+- `dpmf_lit.audit`: Releases on two neighbouring data sets, a test chosen on a held-out share of the runs, one Clopper–Pearson bound from the rest, and a broken control (too little noise) that the audit must catch before its honest result means anything
 - `dpmf_lit.baselines`: What every private recommender must beat: the global mean, each user's own mean computed on the user's device, item means, global + user + item biases, and those biases with user-level differential privacy from one Gaussian release of item sums and counts.
 - `dpmf_lit.bench`: Rating updates per second of the dpmf SGD kernels against Surprise's SVD and LIBMF, in one run, on identical data and epochs, with the machine limits that explain the numbers.
 - `dpmf_lit.checks`: One set of validators for every public function and mechanism: a bad argument gets a `ValueError` that names the argument and its value, before any work starts.

@@ -222,7 +222,8 @@ def report(self: GaussMF, J_run: int, tau: float, span: float | None = None, k: 
         scope = ("Θ only, step by step given the item profiles X; X is trained without noise on the same ratings and kept "
                  "secret, and it carries every rating into all later Θ gradients, so the composition over the J steps is "
                  "not covered (measured sensitivity exceeds τC); one rating's value changes, the rating pattern is public; the "
-                 "training-RMSE history and a tol stopping rule read the raw ratings and are not covered either")
+                 "training-RMSE history and a tol stopping rule read the raw ratings and are not covered either; the fitted model "
+                 "keeps the un-noised X as .V (prediction needs it): saving or sharing the model releases X, which nothing covers")
     else:
         scope = ("X and Θ (noise on both gradients, both released), end to end over the J steps; one rating's value changes, "
                  "the rating pattern is public; a user's several ratings only by group privacy; the training-RMSE history "
@@ -235,7 +236,9 @@ def report(self: GaussMF, J_run: int, tau: float, span: float | None = None, k: 
                              "does not cover", epsilon_claimed=eps[self.accounting], notes=notes, scope=scope, neighbouring="replace")
     conds = ([f"given the {J_run} iterations run, which the tol rule chose from the raw training RMSE"] if self.tol is not None else []) + \
             ([f"if no rating's value moves by more than τ = {tau:g} (the data's range is {span:g}; ratings are not clipped)"]
-             if span is not None and tau < span else [])
+             if span is not None and tau < span else []) + \
+            (["if the fit does not raise: with clip='gradient' whether the sum gradients overflow depends on the data, and "
+              "that error is an output no guarantee covers (clip='profiles' keeps every row at norm <= C)"] if self.clip == "gradient" else [])
     cover = dict(coverage="conditional", condition="; ".join(conds)) if conds else dict(coverage="end-to-end")
     if k:   # a user's k ratings move ∇Θ's row by <= kτC and k rows of ∇X by τC each: one Gaussian of multiplier z/√(k(k+1)) a step
         z = classic_noise_multiplier(self.step_epsilon, self.step_delta)
