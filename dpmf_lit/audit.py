@@ -219,16 +219,16 @@ class AuditSetting:
     raters: int = 1              # raters of the target item
     fixed: tuple = ()            # random streams given one public seed (the proof does not rest on their secrecy)
     given: str = ""              # 'U': a fixed U handed to `fit`, as a guarantee conditional on U says
-    exact: str = ""              # 'hua': the exact log-ratio of objective perturbation with U given
+    exact: str = ""              # 'objective': the exact log-ratio of L2-Laplace objective perturbation with U given
     runs: int = 2000             # runs per data set in the batch's quick profile
     factors: tuple = (2, 4)      # the controls' noise reductions, in order, until one is caught
 
 AUDITS = {
-    "hua": AuditSetting(dict(d=1), "noise_multiplier", given="U", exact="hua", runs=10_000),
+    "hua": AuditSetting(dict(d=1), "noise_multiplier", given="U", exact="objective", runs=10_000),
     "hua-protocol": AuditSetting(dict(d=1), "epsilon", n_users=6, n_items=3, raters=2, given="U", runs=400),
-    "dp-pmf": AuditSetting(dict(d=1, epsilon=1.0), "epsilon", given="U"),
-    "pdp-pmf": AuditSetting(dict(d=1, f_c=0.0, f_m=0.0, epsilon_l=1.0, dropped="zero", epsilon=1.0), "Delta",
-                            fixed=(2,), given="U"),
+    "dp-pmf": AuditSetting(dict(d=1, epsilon=1.0, sensitivity="range"), "epsilon", given="U", exact="objective", runs=10_000),
+    "pdp-pmf": AuditSetting(dict(d=1, f_c=0.0, f_m=0.0, epsilon_l=1.0, dropped="zero", epsilon=1.0, sensitivity="range"), "Delta",
+                            fixed=(2,), given="U", exact="objective", runs=10_000),
     "gauss": AuditSetting(dict(d=1, epochs=2, lr=1.0, step_epsilon=0.1), "rating_range", n_users=1, n_items=1, fixed=(0,)),
     "sgld": AuditSetting(dict(d=1, epochs=5, max_ratings=2), "epsilon", n_users=2, fixed=(1, 2, 3), runs=1500, factors=(2, 4, 16)),
     "dp-bias": AuditSetting(dict(epsilon=1.0, max_ratings=2), "gaussian", fixed=(1,)),
@@ -243,7 +243,7 @@ class AuditResult:
     mechanism: str; claimed: float; claim: str; delta: float; unit: str; pair: str; runs: int; params: dict
     honest: Bound; controls: dict; caught_at: float | None; verdict: str
     errors: tuple = (0.0, 0.0)   # share of the honest runs that raised, on D and on D'
-    runs_needed: float | None = None   # where the first control was not caught: runs a side that would catch it (inf: none would)
+    runs_needed: float | None = None   # where the first control was not caught: runs a side that would catch it (inf, 'never' in the record: none would)
     seconds: float = 0.0
 
     def summary(self) -> str:
@@ -258,6 +258,7 @@ class AuditResult:
     def record(self) -> dict:
         "A JSON-ready dict (the batch's record of this audit)."
         d = asdict(self); d["controls"] = {f"{f:g}": asdict(b) for f, b in self.controls.items()}
+        if self.runs_needed is not None and math.isinf(self.runs_needed): d["runs_needed"] = "never"   # JSON has no infinity
         return d
 
 # %% ../nbs/12_audit.ipynb #57cfdb94
@@ -293,14 +294,21 @@ def _given(setting: AuditSetting, mech: Mechanism, n_users: int) -> dict:
     U = np.random.default_rng(12345).standard_normal((n_users, mech.d))
     return {"U": U / np.linalg.norm(U, axis=1, keepdims=True)}
 
+def _objective(mech: Mechanism, D: Ratings) -> tuple[float, float, float]:
+    "(ε, Δ, λ) of the L2-Laplace objective perturbation that `mech` runs on D with U given (Hua et al.; DP-PMF; PDP-PMF sampling all)."
+    from dpmf_lit.hua import rating_sensitivity
+    if mech.name == "hua": return mech.epsilon, rating_sensitivity(D) * mech.max_norm * mech.noise_multiplier, mech.reg
+    t = mech.threshold if mech.name == "pdp-pmf" else mech.epsilon
+    return t, mech.Delta(D), mech.reg_v
+
 def _exact(setting: AuditSetting, mech: Mechanism, D: Ratings, D2: Ratings, given: dict):
     "The exact log-ratio of the target item's released row, where the setting knows the output density (else None)."
-    if setting.exact != "hua": return None
-    from dpmf_lit.hua import clip_rows, item_normal_equations, privacy_loss, rating_sensitivity
-    U, j = clip_rows(given["U"], mech.max_norm), D.n_items - 1
-    (A, b), (A2, b2) = item_normal_equations(D, U, mech.reg), item_normal_equations(D2, U, mech.reg)
-    Delta = rating_sensitivity(D) * mech.max_norm * mech.noise_multiplier
-    return lambda X: privacy_loss(X.reshape(len(X), -1, mech.d)[:, j], A[j], b[j], A2[j], b2[j], mech.epsilon, Delta)
+    if setting.exact != "objective": return None
+    from dpmf_lit.hua import clip_rows, item_normal_equations, privacy_loss
+    (eps, Delta, reg), j = _objective(mech, D), D.n_items - 1
+    U = clip_rows(given["U"], mech.max_norm)
+    (A, b), (A2, b2) = item_normal_equations(D, U, reg), item_normal_equations(D2, U, reg)
+    return lambda X: privacy_loss(X.reshape(len(X), -1, mech.d)[:, j], A[j], b[j], A2[j], b2[j], eps, Delta)
 
 # %% ../nbs/12_audit.ipynb #9e481952
 def _claim(name: str, report) -> tuple[float, str]:
@@ -389,7 +397,7 @@ def audit_table(rec: dict) -> pd.DataFrame:
     "One row per audit of the record: the claim, ε̂, the controls, the verdict."
     rows = []
     for label, r in rec.items():
-        ctl = "; ".join(f"/{f}: {c['epsilon']:.3g}" for f, c in r["controls"].items())
+        ctl = "; ".join(f"/{f}: {c['epsilon']:.3g}" for f, c in sorted(r["controls"].items(), key=lambda fc: float(fc[0])))
         rows.append({"audit": label, "unit": r["unit"], "pair": r["pair"], "claim": r["claim"], "claimed ε": round(r["claimed"], 3),
                      "audited ε̂": round(r["honest"]["epsilon"], 3), "statistic": r["honest"]["statistic"],
                      "controls (noise/f: ε̂)": ctl, "verdict": r["verdict"].split(":")[0].split(" (")[0], "runs": r["runs"]})
@@ -401,7 +409,7 @@ def figure_audit(rec: dict):
     top = max(max(r["claimed"], r["honest"]["epsilon"], *(c["epsilon"] for c in r["controls"].values())) for r in rec.values())
     ax.plot([1e-2, 2 * top], [1e-2, 2 * top], color="0.6", lw=1, label="ε̂ = ε (audit meets the claim)")
     for k, (label, r) in enumerate(rec.items()):
-        c = plt.cm.tab20(k % 20); ctl = list(r["controls"].items())[-1]
+        c = plt.cm.tab20(k % 20); ctl = max(r["controls"].items(), key=lambda fc: float(fc[0]))
         ax.scatter(r["claimed"], max(r["honest"]["epsilon"], 1e-2), color=c, s=40, label=label, zorder=3)
         ax.scatter(r["claimed"], max(ctl[1]["epsilon"], 1e-2), facecolor="none", edgecolor=c, s=60, zorder=3)
     ax.set(xscale="log", yscale="log", xlabel="claimed ε", ylabel="audited ε̂ (95 % lower bound)",
