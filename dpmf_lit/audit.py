@@ -217,6 +217,7 @@ class AuditSetting:
     n_users: int = 8             # the audit data set's users
     n_items: int = 4             # its items (the last one is the target item)
     raters: int = 1              # raters of the target item
+    scale: tuple = (1.0, 5.0)    # the rating scale (r_min, r_max) of the audit data
     fixed: tuple = ()            # random streams given one public seed (the proof does not rest on their secrecy)
     given: str = ""              # 'U': a fixed U handed to `fit`, as a guarantee conditional on U says
     exact: str = ""              # 'objective': the exact log-ratio of L2-Laplace objective perturbation with U given
@@ -226,8 +227,8 @@ class AuditSetting:
 AUDITS = {
     "hua": AuditSetting(dict(d=1), "noise_multiplier", given="U", exact="objective", runs=10_000),
     "hua-protocol": AuditSetting(dict(d=1), "epsilon", n_users=6, n_items=3, raters=2, given="U", runs=400),
-    "dp-pmf": AuditSetting(dict(d=1, epsilon=1.0, sensitivity="range"), "epsilon", given="U", exact="objective", runs=10_000),
-    "pdp-pmf": AuditSetting(dict(d=1, f_c=0.0, f_m=0.0, epsilon_l=1.0, dropped="zero", epsilon=1.0, sensitivity="range"), "Delta",
+    "dp-pmf": AuditSetting(dict(d=1, epsilon=1.0), "epsilon", scale=(0.0, 5.0), given="U", exact="objective", runs=10_000),
+    "pdp-pmf": AuditSetting(dict(d=1, f_c=0.0, f_m=0.0, epsilon_l=1.0, dropped="zero", epsilon=1.0), "Delta", scale=(0.0, 5.0),
                             fixed=(2,), given="U", exact="objective", runs=10_000),
     "gauss": AuditSetting(dict(d=1, epochs=2, lr=1.0, step_epsilon=0.1), "rating_range", n_users=1, n_items=1, fixed=(0,)),
     "sgld": AuditSetting(dict(d=1, epochs=5, max_ratings=2), "epsilon", n_users=2, fixed=(1, 2, 3), runs=1500, factors=(2, 4, 16)),
@@ -343,14 +344,14 @@ def audit(mechanism: str,                 # a registered mechanism's name
     factors = tuple(setting.factors if factors is None else factors)
     runs = check_int("runs", setting.runs if runs is None else runs, 20); jobs = check_int("jobs", jobs, 1)
     check_bool("progress", progress); check_fraction("confidence", confidence)
-    D, D2 = neighbours(pair or "value", setting.n_users, setting.n_items, setting.raters)
+    D, D2 = neighbours(pair or "value", setting.n_users, setting.n_items, setting.raters, *setting.scale)
     given = _given(setting, mech, setting.n_users)
     probe = copy.copy(mech); probe.seed = 0
     if setting.fixed: probe.rng = _Streams(probe, setting.fixed, 0)
     report = probe.fit(D, **given).privacy
     claimed, claim = _claim(name, report)
     pair = pair or declared_pair(report)
-    D, D2 = neighbours(pair, setting.n_users, setting.n_items, setting.raters)
+    D, D2 = neighbours(pair, setting.n_users, setting.n_items, setting.raters, *setting.scale)
     exact, delta, t0 = _exact(setting, mech, D, D2, given), float(report.delta or 0.0), time.perf_counter()
     own = pool is None and jobs > 1
     pool = _pool(jobs) if own else pool
@@ -456,7 +457,7 @@ def audit_status(name: str) -> str:
     "'audited: …' with the claim an audit of `name` would test at its setting, or why there is nothing to audit."
     name, setting, mech = _mechanism(name, None)
     mech.seed = 0
-    D, _ = neighbours("value", setting.n_users, setting.n_items, setting.raters)
+    D, _ = neighbours("value", setting.n_users, setting.n_items, setting.raters, *setting.scale)
     try: claimed, claim = _claim(name, mech.fit(D, **_given(setting, mech, setting.n_users)).privacy)
     except ValueError as e: return str(e)
     return f"audited: its {claim}, ε = {claimed:.3g}"
