@@ -19,9 +19,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 # %% auto #0
-__all__ = ['PAIRS', 'RELEASES', 'CONTROLS', 'AUDITS', 'BATCH', 'PAPER_AUDITS', 'event_bound', 'declared_pair', 'neighbours',
-           'release_vector', 'control', 'run_releases', 'statistics', 'Bound', 'epsilon_bound', 'AuditSetting',
-           'AuditResult', 'verdict', 'runs_needed', 'audit', 'audit_all', 'audit_table', 'figure_audit',
+__all__ = ['PAIRS', 'RELEASES', 'CONTROLS', 'AUDITS', 'COVERS', 'BATCH', 'PAPER_AUDITS', 'event_bound', 'declared_pair',
+           'neighbours', 'release_vector', 'control', 'run_releases', 'statistics', 'Bound', 'epsilon_bound',
+           'AuditSetting', 'AuditResult', 'verdict', 'runs_needed', 'audit', 'audit_all', 'audit_table', 'figure_audit',
            'audited_clause', 'sync_papers_table', 'audit_status']
 
 # %% ../nbs/12_audit.ipynb #42cf67d2
@@ -218,7 +218,9 @@ class AuditSetting:
     n_items: int = 4             # its items (the last one is the target item)
     raters: int = 1              # raters of the target item
     scale: tuple = (1.0, 5.0)    # the rating scale (r_min, r_max) of the audit data
-    fixed: tuple = ()            # random streams given one public seed (the proof does not rest on their secrecy)
+    fixed: tuple = ()            # data-independent random streams given one public seed (the proof does not rest on their secrecy)
+    fixed_rows: tuple = ()       # per-rating streams (sampling, trimming) given the public seed too, only where the pair keeps
+                                 # every rating in place (value, user): a removed rating would shift the others' draws
     given: str = ""              # 'U': a fixed U handed to `fit`, as a guarantee conditional on U says
     exact: str = ""              # 'objective': the exact log-ratio of L2-Laplace objective perturbation with U given
     runs: int = 2000             # runs per data set in the batch's quick profile
@@ -229,12 +231,14 @@ AUDITS = {
     "hua-protocol": AuditSetting(dict(d=1), "epsilon", n_users=6, n_items=3, raters=2, given="U", runs=400),
     "dp-pmf": AuditSetting(dict(d=1, epsilon=1.0), "epsilon", scale=(0.0, 5.0), given="U", exact="objective", runs=10_000),
     "pdp-pmf": AuditSetting(dict(d=1, f_c=0.0, f_m=0.0, epsilon_l=1.0, dropped="zero", epsilon=1.0), "Delta", scale=(0.0, 5.0),
-                            fixed=(2,), given="U", exact="objective", runs=10_000),
-    "gauss": AuditSetting(dict(d=1, epochs=2, lr=1.0, step_epsilon=0.1), "rating_range", n_users=1, n_items=1, fixed=(0,)),
-    "sgld": AuditSetting(dict(d=1, epochs=5, max_ratings=2), "epsilon", n_users=2, fixed=(1, 2, 3), runs=1500, factors=(2, 4, 16)),
-    "dp-bias": AuditSetting(dict(epsilon=1.0, max_ratings=2), "gaussian", fixed=(1,)),
-    "dpals": AuditSetting(dict(d=1, epochs=1, max_ratings=2, epsilon=1.0), "gaussian", fixed=(1, 3, 4)),
-    "xin": AuditSetting(dict(d=1, mode="sslp", epochs=5), "epsilon", fixed=(0, 2, 3)),
+                            fixed_rows=(2,), given="U", exact="objective", runs=10_000),
+    "gauss": AuditSetting(dict(d=1, epochs=2, lr=1.0, step_epsilon=0.1), "rating_range", n_users=1, n_items=1, fixed=(0,),
+                          runs=10_000),
+    "sgld": AuditSetting(dict(d=1, epochs=5, max_ratings=2), "epsilon", n_users=2, fixed=(2, 3), fixed_rows=(1,), runs=1500, factors=(2, 4, 16)),
+    "dp-bias": AuditSetting(dict(epsilon=1.0, max_ratings=2), "gaussian", fixed_rows=(1,), runs=8000),
+    "dpals": AuditSetting(dict(d=1, epochs=1, max_ratings=2, epsilon=1.0), "gaussian", fixed=(4,), fixed_rows=(1, 3),
+                      runs=8000),
+    "xin": AuditSetting(dict(d=1, mode="sslp", epochs=5), "epsilon", fixed=(0,), fixed_rows=(2, 3)),
 }
 
 # %% ../nbs/12_audit.ipynb #a5e2dd96
@@ -246,6 +250,7 @@ class AuditResult:
     errors: tuple = (0.0, 0.0)   # share of the honest runs that raised, on D and on D'
     runs_needed: float | None = None   # where the first control was not caught: runs a side that would catch it (inf, 'never' in the record: none would)
     seconds: float = 0.0
+    condition: str = ""          # what a conditional guarantee assumes (the audit gives it: a fixed U; runs that raised set aside)
 
     def summary(self) -> str:
         "One line: claim, ε̂, controls, verdict."
@@ -263,13 +268,14 @@ class AuditResult:
         return d
 
 # %% ../nbs/12_audit.ipynb #57cfdb94
-def verdict(claimed: float, honest: Bound, controls: dict, claim: str = "guarantee") -> tuple[float | None, str]:
+def verdict(claimed: float, honest: Bound, controls: dict, claim: str = "guarantee", condition: str = "") -> tuple[float | None, str]:
     "(the smallest f whose control was caught, the verdict): violated, consistent (with the power shown) or inconclusive."
     caught = min((f for f, b in controls.items() if b.epsilon > claimed), default=None)
-    what = "the paper's claim" if claim != "guarantee" else "the claim"
-    if honest.epsilon > claimed: return caught, f"VIOLATED: ε̂ = {honest.epsilon:.3g} exceeds {what} ε = {claimed:.3g}"
-    if caught is None: return None, "inconclusive: no control was caught, so the audit could not have seen a violation"
-    return caught, f"consistent (the audit caught {caught:g}x too little noise)"
+    what = "the paper's claim" if claim.startswith("paper") else f"the {claim}"
+    given = f"; the guarantee assumes: {condition.strip().rstrip('.')}" if condition else ""
+    if honest.epsilon > claimed: return caught, f"VIOLATED: ε̂ = {honest.epsilon:.3g} exceeds {what} ε = {claimed:.3g}{given}"
+    if caught is None: return None, f"inconclusive: no control was caught, so the audit could not have seen a violation{given}"
+    return caught, f"consistent with {what} (the audit caught {caught:g}x too little noise){given}"
 
 def runs_needed(stats: dict, claimed: float, delta: float = 0.0, confidence: float = 0.95, select: float = 0.3,
                 n_thresholds: int = 101) -> float:
@@ -329,11 +335,32 @@ def _pool(jobs: int):
     "A pool of `jobs` worker processes, started by spawn (forking after numba's threads have run can hang)."
     return multiprocessing.get_context("spawn").Pool(jobs)
 
+COVERS = {"value": ("value",), "absent": ("absent",), "user": ("user", "value", "absent"), "user-absent": ("user-absent",)}
+
+def _probe(name, setting, mech, given, pair):
+    "(report, claimed ε, claim, pair): the report of seeded probe fits on both data sets (the larger claim), the pair checked."
+    out = []
+    for D in neighbours(pair or "value", setting.n_users, setting.n_items, setting.raters, *setting.scale):
+        for s in range(20):   # a probe fit may raise (a data-dependent overflow): try the next seed
+            probe = copy.copy(mech); probe.seed = s
+            if setting.fixed: probe.rng = _Streams(probe, setting.fixed, 0)
+            try: report = probe.fit(D, **given).privacy; break
+            except ValueError as e: err = e
+        else: raise ValueError(f"{name}: 20 probe fits on {D.name} raised ({err}); there is no report to audit")
+        out.append((*_claim(name, report), report))
+    claimed, claim, report = max(out, key=lambda x: x[0])
+    declared = declared_pair(report)
+    if pair is not None and pair not in COVERS[declared]:
+        raise ValueError(f"pair={show(pair)} is not covered by {name}'s guarantee, whose neighbours are {declared!r} "
+                         f"pairs; use one of {COVERS[declared]}")
+    return report, claimed, claim, pair or declared
+
+# %% ../nbs/12_audit.ipynb #bf9881ed
 def audit(mechanism: str,                 # a registered mechanism's name
           runs: int | None = None,        # runs per data set (None: the setting's)
-          pair: str | None = None,        # neighbouring pair (None: the one the report declares)
+          pair: str | None = None,        # neighbouring pair (None: the one the report declares; else one it covers)
           params: dict | None = None,     # parameters on top of the audit setting's
-          factors=None,                   # controls' noise reductions, in order, until one is caught (None: the setting's)
+          factors=None,                   # controls' noise reductions, tried smallest first until one is caught (None: the setting's)
           confidence: float = 0.95,       # probability with which each bound holds
           seed: int = 0,                  # seed of the runs' seeds and of the selection split
           jobs: int = 1,                  # worker processes
@@ -341,40 +368,40 @@ def audit(mechanism: str,                 # a registered mechanism's name
           pool=None) -> AuditResult:          # a process pool to run on (None: one of `jobs` workers is started)
     "Audit `mechanism` at its setting (§6): honest runs and controls on the pair, one bound each, the verdict."
     name, setting, mech = _mechanism(mechanism, params)
-    factors = tuple(setting.factors if factors is None else factors)
+    factors = tuple(sorted(setting.factors if factors is None else factors))
     runs = check_int("runs", setting.runs if runs is None else runs, 20); jobs = check_int("jobs", jobs, 1)
     check_bool("progress", progress); check_fraction("confidence", confidence)
-    D, D2 = neighbours(pair or "value", setting.n_users, setting.n_items, setting.raters, *setting.scale)
     given = _given(setting, mech, setting.n_users)
-    probe = copy.copy(mech); probe.seed = 0
-    if setting.fixed: probe.rng = _Streams(probe, setting.fixed, 0)
-    report = probe.fit(D, **given).privacy
-    claimed, claim = _claim(name, report)
-    pair = pair or declared_pair(report)
+    report, claimed, claim, pair = _probe(name, setting, mech, given, pair)
     D, D2 = neighbours(pair, setting.n_users, setting.n_items, setting.raters, *setting.scale)
-    exact, delta, t0 = _exact(setting, mech, D, D2, given), float(report.delta or 0.0), time.perf_counter()
+    exact, t0 = _exact(setting, mech, D, D2, given), time.perf_counter()
+    delta = float(report.delta if report.delta is not None else getattr(mech, "delta", 0.0) or 0.0)
+    condition = report.condition if report.coverage == "conditional" else ""   # a guarantee "if the fit does not raise": runs that raised are outside it
+    fixed = setting.fixed + (setting.fixed_rows if pair in ("value", "user") else ())
     own = pool is None and jobs > 1
     pool = _pool(jobs) if own else pool
     try:
-        def bound(f):
-            seeds = [np.random.SeedSequence([seed, int(f * 16), side]).generate_state(runs, np.uint32) for side in (0, 1)]
-            kw = dict(how=setting.control, f=f, given=given, released=report.released, fixed=setting.fixed, pool=pool, progress=progress)
+        def bound(k, f):   # k: 0 the honest runs, 1, 2, ... the controls (each its own seeds)
+            seeds = [np.random.SeedSequence([seed, k, side]).generate_state(runs, np.uint64) >> np.uint64(1) for side in (0, 1)]
+            kw = dict(how=setting.control, f=f, given=given, released=report.released, fixed=fixed, pool=pool, progress=progress)
             (X1, e1), (X2, e2) = (run_releases(mech, d, s, desc=f"{name} noise/{f:g} on {d.name}", **kw) for d, s in zip((D, D2), seeds))
-            b = epsilon_bound(X1, X2, e1, e2, delta, exact if f == 1 else None, confidence, seed=seed)
-            every = np.arange(runs)
-            return b, (e1.mean(), e2.mean()), (lambda: statistics(X1, X2, e1, e2, every, every))
-        honest, errors, _ = bound(1)
+            raised = (e1.mean(), e2.mean())
+            if "does not raise" in condition: (X1, e1), (X2, e2) = ((X[~e], e[~e]) for X, e in ((X1, e1), (X2, e2)))
+            ex, every = (exact if f == 1 and X1.shape[1] else None), (np.arange(len(e1)), np.arange(len(e2)))
+            return (epsilon_bound(X1, X2, e1, e2, delta, ex, confidence, seed=seed), raised,
+                    lambda: statistics(X1, X2, e1, e2, *every))
+        honest, errors, _ = bound(0, 1)
         controls, first = {}, None
-        for f in factors:
-            controls[f], _, stats = bound(f)
+        for k, f in enumerate(factors, 1):
+            controls[f], _, stats = bound(k, f)
             first = first or stats
             if controls[f].epsilon > claimed: break
     finally:
         if own: pool.close(); pool.join()
-    caught, words = verdict(claimed, honest, controls, claim)
+    caught, words = verdict(claimed, honest, controls, claim, condition)
     need = None if (caught is not None and caught <= min(factors)) or first is None else runs_needed(first(), claimed, delta, confidence)
     return AuditResult(name, claimed, claim, delta, str(report.unit), pair, runs, mech.params(), honest, controls, caught, words,
-                       tuple(float(e) for e in errors), need, time.perf_counter() - t0)
+                       tuple(float(e) for e in errors), need, time.perf_counter() - t0, condition)
 
 # %% ../nbs/12_audit.ipynb #216fc0d6
 BATCH = (("hua", "hua", {}), ("hua-protocol", "hua-protocol", {}), ("dp-pmf", "dp-pmf", {}), ("pdp-pmf", "pdp-pmf", {}),

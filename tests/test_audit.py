@@ -65,6 +65,29 @@ def test_gauss_paper_claim_is_refuted_and_the_repair_is_consistent():
     assert paper.verdict.startswith("VIOLATED")
     both = audit("gauss", runs=1000, params=dict(variant="both", step_epsilon=0.9, epochs=1))
     assert both.honest.epsilon <= both.claimed and both.caught_at in (2, 4), both.summary()
+    assert both.claim == "conditional guarantee" and "does not raise" in both.condition and "assumes" in both.verdict
+
+
+def test_a_pair_the_guarantee_does_not_cover_is_refused():
+    "hua's guarantee is per rating value (replace): removing a rating is another neighbour, which it does not cover."
+    with pytest.raises(ValueError, match="pair='absent' is not covered by hua's guarantee"): audit("hua", runs=20, pair="absent")
+
+
+def test_per_rating_streams_are_fixed_only_where_every_rating_stays(monkeypatch):
+    "dp-bias fixes its sampling stream on the value pair, not on the absent one (a removed rating would shift the others' draws)."
+    import dpmf_lit.audit as A
+    seen = []
+    real = A.run_releases
+    def spy(*a, fixed=(), **k): seen.append(tuple(fixed)); return real(*a, fixed=fixed, **k)
+    monkeypatch.setattr(A, "run_releases", spy)
+    name = "dp-bias"; setting = AUDITS[name]
+    assert setting.fixed_rows
+    audit(name, runs=20, factors=(2,))
+    assert all(set(setting.fixed_rows) <= set(f) for f in seen)
+    declared = audit(name, runs=20, factors=(2,)).pair
+    if "absent" in A.COVERS[declared]:
+        seen.clear(); audit(name, runs=20, factors=(2,), pair="absent")
+        assert all(not set(setting.fixed_rows) & set(f) for f in seen)
 
 
 def test_control_scales_the_noise():
