@@ -16,16 +16,16 @@ from tqdm.auto import tqdm
 from .checks import Check, Choice, Float, Int, Positive, check_choice, check_int, check_positive, check_unit_interval, show
 from .data import Ratings
 from .privacy import NEIGHBOURING, Unit
-from .kernels import (_GOLDEN, _JIT, _below, _mix64, PREFETCH_AHEAD, als_sweep, numba_threads, predict_kernel,
-                              prefetch_item, prefetch_row, prepare_sgd_blocks, stratum_block, to_csr)
+from .kernels import (_GOLDEN, _JIT, _below, _mix64, PREFETCH_AHEAD, als_sweep, fresh_normals, numba_threads,
+                              predict_kernel, prefetch_item, prefetch_row, prepare_sgd_blocks, stratum_block, to_csr)
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
 from .mf import rmse
 from .testing import M64, below_reference, mix64_reference
 
 # %% auto #0
 __all__ = ['LOSSES', 'user_loglik_bound', 'clipped_loglik', 'ops_epsilon', 'ops_likelihood_scale', 'personalized_user_epsilon',
-           'trim_ratings', 'reweighting', 'gaussian_table', 'fresh_normals', 'ou_coefficients', 'sgld_epoch_parallel',
-           'sgld_epoch', 'sgld_epoch_numpy', 'SGLD', 'local_user_fit', 'bench_epoch', 'speed_ratio']
+           'trim_ratings', 'reweighting', 'gaussian_table', 'ou_coefficients', 'sgld_epoch_parallel', 'sgld_epoch',
+           'sgld_epoch_numpy', 'SGLD', 'local_user_fit', 'bench_epoch', 'speed_ratio']
 
 # %% ../nbs/07_sgld.ipynb #ae204fbe
 def user_loglik_bound(tau: int,        # ratings kept per user (trimming)
@@ -112,21 +112,6 @@ def gaussian_table(table_size: int,  # N(0, 1) numbers in the table (at least 2(
     return np.concatenate([z, np.resize(z, 2 * (d + 1))])
 
 # %% ../nbs/07_sgld.ipynb #f80e3fd8
-@njit(inline="always")
-def _uniform(x):
-    "A uniform draw in (0, 1) from the uint64 draw x (53 bits, never 0)."
-    return (np.float64(x >> np.uint64(11)) + 0.5) * 2.0 ** -53
-
-@njit(**_JIT)
-def fresh_normals(key, out):
-    "Fill `out` with N(0, 1) draws of the uint64 counter `key` (splitmix64, Box-Muller): same key, same draws."
-    for f in range(0, out.shape[0], 2):
-        x = _mix64(key + np.uint64(f + 1) * _GOLDEN)
-        y = _mix64(x ^ _GOLDEN)
-        rad = math.sqrt(-2.0 * math.log(_uniform(x)))
-        out[f] = rad * math.cos(2.0 * math.pi * _uniform(y))
-        if f + 1 < out.shape[0]: out[f + 1] = rad * math.sin(2.0 * math.pi * _uniform(y))
-
 @njit(inline="always")
 def _epoch_key(seed, epoch):
     "The uint64 stream of `epoch` of `seed`."
