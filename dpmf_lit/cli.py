@@ -416,8 +416,8 @@ def _bench_and_reproduce_parsers(sub, common, fmt):
 # %% ../nbs/93_cli.ipynb #b5c47431
 def cmd_compare(args) -> int:
     "`dpmf compare`: run the batch entry `compare` for the profile (skipped when current), then print its table(s) or JSON."
-    from .compare import UNITS, comparison_table
-    from .results import load_record
+    from dpmf_lit.compare import UNITS, comparison_table
+    from dpmf_lit.results import load_record
     settings = _settings(args)
     summary = reproduce(profile=args.profile, only="compare", force=args.force, jobs=1, settings=settings,
                         progress=not args.no_progress, allow_dirty=args.allow_dirty)
@@ -451,7 +451,7 @@ def _compare_parser(sub, common, fmt):
 # %% ../nbs/93_cli.ipynb #e0fc9117
 def cmd_audit(args) -> int:
     "`dpmf audit NAME`: audit one mechanism at its setting (nbs/12_audit) and print the claim, the bounds and the verdict."
-    from .audit import audit
+    from dpmf_lit.audit import audit
     params = parse_assignments(args.set or [])
     res = audit(args.mechanism, runs=args.runs, pair=args.pair, params=params, seed=args.seed, jobs=args.jobs,
                 progress=not args.no_progress)
@@ -467,7 +467,7 @@ def cmd_audit(args) -> int:
 
 def _audit_parser(sub, common, fmt):
     "`dpmf audit`."
-    from .audit import PAIRS
+    from dpmf_lit.audit import PAIRS
     a = sub.add_parser("audit", parents=[common], formatter_class=fmt, help="empirical privacy audit of a mechanism, with its broken control",
                        description="Fit the mechanism many times on two neighbouring data sets built from its declared unit, "
                                    "choose a test on 30%% of the runs, bound epsilon from the rest (Clopper-Pearson, 95%%), and "
