@@ -467,6 +467,7 @@ def sync_papers_table(index=None, results=None) -> bool:
     nb, rec = json.loads(path.read_text(encoding="utf-8")), load_record("audit", results)["numbers"]["audits"]
     changed = False
     for c in nb["cells"]:
+        if c["cell_type"] != "markdown" or "| key | paper |" not in "".join(c["source"]): continue   # the papers table only
         lines = "".join(c["source"]).split("\n")
         for k, line in enumerate(lines):
             m = re.match(r"\| `([a-z-]+)` \|", line)

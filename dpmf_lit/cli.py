@@ -20,8 +20,8 @@ from .reproduce import reproduce
 
 # %% auto #0
 __all__ = ['PATHS_HELP', 'USER_ERRORS', 'cmd_data_list', 'cmd_data_fetch', 'mechanism_help', 'mechanism_parameters_help',
-           'numba_compile_seconds', 'fit_report', 'fit_summary', 'cmd_fit', 'cmd_bench', 'cmd_reproduce', 'cmd_compare',
-           'cmd_audit', 'build_parser', 'main']
+           'numba_compile_seconds', 'fit_report', 'fit_summary', 'cmd_fit', 'cmd_bench', 'cmd_reproduce',
+           'build_parser', 'main']
 
 # %% ../nbs/93_cli.ipynb #597dacc7
 class _Parser(argparse.ArgumentParser):
@@ -413,78 +413,8 @@ def _bench_and_reproduce_parsers(sub, common, fmt):
     rep.add_argument("--json", action="store_true", help="with --status or --compare: print JSON rows")
     rep.set_defaults(func=cmd_reproduce)
 
-# %% ../nbs/93_cli.ipynb #b5c47431
-def cmd_compare(args) -> int:
-    "`dpmf compare`: run the batch entry `compare` for the profile (skipped when current), then print its table(s) or JSON."
-    from dpmf_lit.compare import UNITS, comparison_table
-    from dpmf_lit.results import load_record
-    settings = _settings(args)
-    summary = reproduce(profile=args.profile, only="compare", force=args.force, jobs=1, settings=settings,
-                        progress=not args.no_progress, allow_dirty=args.allow_dirty)
-    if summary.failed: print(summary); return summary.exit_code
-    rec = load_record("compare", settings.results_file)["numbers"]
-    units = UNITS if args.unit is None else (args.unit,)
-    if args.json: print(json.dumps({u: rec["by_unit"][u] for u in units} | {"baselines": rec["baselines"],
-                                   "no_guarantee": rec["no_guarantee"], "beats_nothing_from": rec["beats_nothing_from"],
-                                   "users": rec.get("users")}, indent=1)); return 0
-    for u in units:
-        print(comparison_table(rec, u, rec["epsilons"])); print()
-    print("figures: " + ", ".join(str(settings.figures_dir / "compare" / f"{n}.png") for n in ("compare_epsilon", "compare_users")))
-    return 0
-
-def _compare_parser(sub, common, fmt):
-    "`dpmf compare`."
-    c = sub.add_parser("compare", parents=[common], formatter_class=fmt, help="every mechanism at equal privacy, beside the baselines",
-                       description="Run the comparison of nbs/11_compare.ipynb (the batch entry 'compare': one 80/10/10 split, "
-                                   "hyperparameters tuned on validation, several noise seeds) unless its record is current, "
-                                   "regenerate its two figures, and print test RMSE against epsilon per unit beside the baselines.",
-                       epilog="examples:\n  dpmf compare\n  dpmf compare --profile smoke --unit user\n  dpmf compare --json")
-    c.add_argument("--profile", choices=PROFILES, default=None, help="smoke (synthetic, a minute), quick (MovieLens 100K, minutes) or paper; default: settings.ini")
-    c.add_argument("--unit", choices=("user", "rating"), default=None, help="print only the panel of this privacy unit (default: both)")
-    c.add_argument("--json", action="store_true", help="print the numbers as JSON")
-    c.add_argument("--force", action="store_true", help="rerun although the record is current")
-    c.add_argument("--no-progress", action="store_true", help="no progress bar")
-    c.add_argument("--allow-dirty", action="store_true", help="run although the sources differ from the last commit (records marked unpublishable)")
-    c.set_defaults(func=cmd_compare)
-
-
-# %% ../nbs/93_cli.ipynb #e0fc9117
-def cmd_audit(args) -> int:
-    "`dpmf audit NAME`: audit one mechanism at its setting (nbs/12_audit) and print the claim, the bounds and the verdict."
-    from dpmf_lit.audit import audit
-    params = parse_assignments(args.set or [])
-    res = audit(args.mechanism, runs=args.runs, pair=args.pair, params=params, seed=args.seed, jobs=args.jobs,
-                progress=not args.no_progress)
-    if args.json: print(json.dumps(res.record(), indent=1, default=float)); return 0
-    print(res.summary())
-    for label, b in [("honest", res.honest)] + [(f"noise/{f:g}", b) for f, b in res.controls.items()]:
-        k1, n1, k2, n2 = b.counts
-        print(f"  {label:9s} ε̂ = {b.epsilon:.4g}  {b.statistic}: {b.test}, t = {b.threshold:.4g}, counts {k1}/{n1} vs {k2}/{n2}")
-    if res.runs_needed is not None:
-        need = "no number of runs (its tests' observed rates never pass the claim)" if res.runs_needed == float("inf") else f"about {res.runs_needed:,.0f} runs a side"
-        print(f"  to catch the first control: {need}")
-    return 0
-
-def _audit_parser(sub, common, fmt):
-    "`dpmf audit`."
-    from dpmf_lit.audit import PAIRS
-    a = sub.add_parser("audit", parents=[common], formatter_class=fmt, help="empirical privacy audit of a mechanism, with its broken control",
-                       description="Fit the mechanism many times on two neighbouring data sets built from its declared unit, "
-                                   "choose a test on 30%% of the runs, bound epsilon from the rest (Clopper-Pearson, 95%%), and "
-                                   "do the same with its noise scaled down by 2 (and 4): the verdict is 'consistent' only when a "
-                                   "control is caught (nbs/12_audit.ipynb).",
-                       epilog="examples:\n  dpmf audit hua\n  dpmf audit gauss --set variant=both --set step_epsilon=0.9 --set epochs=1\n"
-                              "  dpmf audit dp-bias --runs 4000 --jobs 2 --json")
-    a.add_argument("mechanism", metavar="MECH", help="a registered mechanism (dpmf fit --help lists them)")
-    a.add_argument("--runs", type=int, default=None, help="runs per data set (default: the mechanism's audit setting)")
-    a.add_argument("--pair", choices=sorted(set(PAIRS.values())), default=None, help="neighbouring pair (default: the one its report declares)")
-    a.add_argument("--set", action="append", metavar="KEY=VALUE", default=[], help="a parameter on top of the audit setting (repeatable)")
-    a.add_argument("--seed", type=int, default=0, help="seed of the runs and of the selection split (default: 0)")
-    a.add_argument("--jobs", type=int, default=1, help="worker processes (default: 1)")
-    a.add_argument("--json", action="store_true", help="print the audit's record as JSON")
-    a.add_argument("--no-progress", action="store_true", help="no progress bar")
-    a.set_defaults(func=cmd_audit)
-
+# %% ../nbs/93_cli.ipynb #2bbbac21
+from .cli_commands import _audit_parser, _compare_parser, cmd_audit, cmd_compare
 
 # %% ../nbs/93_cli.ipynb #da2f21b1
 def build_parser() -> argparse.ArgumentParser:
