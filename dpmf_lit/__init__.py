@@ -7,6 +7,7 @@ Modules:
 - `dpmf_lit.bench`: Rating updates per second of the dpmf SGD kernels against Surprise's SVD and LIBMF, in one run, on identical data and epochs, with the machine limits that explain the numbers.
 - `dpmf_lit.checks`: One set of validators for every public function and mechanism: a bad argument gets a `ValueError` that names the argument and its value, before any work starts.
 - `dpmf_lit.cli`: `dpmf`: fetch and list data, fit a mechanism, benchmark the kernels, reproduce every figure.
+- `dpmf_lit.cli_commands`: `dpmf compare` and `dpmf audit`: run the comparison's batch entry or an empirical privacy audit and print the result
 - `dpmf_lit.compare`: Which mechanism at which ε, and does it beat releasing nothing? Every mechanism of this repository on one split, tuned on validation, at equal ε for a stated unit, beside the baselines that release nothing or little
 - `dpmf_lit.data`: The ratings data model, loaders of the published formats, data sets by name (fetched and verified), subsets, splits and a synthetic generator, in one namespace.
 - `dpmf_lit.datasets`: Data sets by name: where `settings.ini` says each one lives, fetching MovieLens 100K (GroupLens or the RecBole wheel on PyPI), verifying count and checksum, and loading.
