@@ -427,7 +427,8 @@ def register_mechanism(name: str):
         if name in MECHANISMS and MECHANISMS[name].__qualname__ != cls.__qualname__:
             raise ValueError(f"mechanism name {name!r} is already registered to {MECHANISMS[name].__qualname__}")
         cls.name = name
-        MECHANISMS[name] = cls
+        old = MECHANISMS.get(name)
+        if not (cls.__module__ == "__main__" and old is not None and old.__module__ != "__main__"): MECHANISMS[name] = cls
         return cls
     return deco
 

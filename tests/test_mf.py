@@ -375,3 +375,21 @@ def test_thread_count_and_grid_move_ml100k_rmse_by_less_than_0002():
     train, test = random_split(load_dataset("ml-100k"), 0.2, seed=0)
     rmses = [evaluate(PMF(threads=1, blocks=b).fit(train), test)["rmse"] for b in (1, 2, 4)]
     assert max(rmses) - min(rmses) < 0.002, rmses
+
+
+def test_notebook_redefinition_keeps_package_class():
+    "A notebook's own definition (module __main__) does not displace the package's class, which a pool can unpickle."
+    import multiprocessing, pickle
+    pkg = get_mechanism("pmf")
+    Again = type("PMF", (Mechanism,), {"__module__": "__main__", "__qualname__": "PMF"})
+    assert register_mechanism("pmf")(Again) is Again and Again.name == "pmf"
+    assert get_mechanism("pmf") is pkg and MECHANISMS["pmf"] is pkg
+    with pytest.raises(pickle.PicklingError): pickle.dumps(Again)
+    m = get_mechanism("pmf")(d=2, epochs=1)
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        assert pool.apply(type, (m,)).__qualname__ == "PMF"
+    New = type("Fresh", (Mechanism,), {"__module__": "__main__", "__qualname__": "Fresh"})
+    try:
+        register_mechanism("fresh-nb")(New)
+        assert MECHANISMS["fresh-nb"] is New   # a name only the notebook defines is registered
+    finally: MECHANISMS.pop("fresh-nb", None)
