@@ -69,17 +69,18 @@ def _tiny_problem():
     return SimpleNamespace(user=user, item=item, rating=rating, n_users=2, n_items=2)
 
 def _dpmf_setup(kernel: str, r, threads: int, seed: int, layout: str = "random"):
-    "One-off work before the epochs: a shuffled order (serial, as `PMF.fit` draws each epoch) or the block grid (parallel)."
+    "One-off work before the epochs: a shuffled order (serial, as `PMF.fit` draws each epoch) or the block grid in local codes (parallel, as `PMF.fit`)."
     if kernel == "serial":
         return np.random.default_rng(seed).permutation(len(r.rating))
-    return dpmf.prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_threads=threads, seed=seed, layout=layout)
+    blocks = dpmf.prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_threads=threads, seed=seed, layout=layout)
+    return dpmf.local_grid(blocks, r.n_users, r.n_items)
 
 def _dpmf_epoch(kernel: str, r, state, U, V, b, c, mu, lr, reg):
     "One epoch of the package's kernel, with biases (the PMF default model)."
     if kernel == "serial":
         dpmf.sgd_epoch(r.user, r.item, r.rating, state, U, V, b, c, mu, lr, reg, reg, True)
     else:
-        dpmf.sgd_epoch_parallel(*state, U, V, b, c, mu, lr, reg, reg, True)
+        dpmf.sgd_epoch_parallel(*state.blocks, U, V, b, c, mu, lr, reg, reg, True)   # factors drawn iid: their order is immaterial
 
 def _dpmf_compile(kernel: str, threads: int) -> tuple[float, str]:
     "Trigger numba compilation (or cache load) once per kernel; (seconds, 'hit'|'miss'|'unknown')."
@@ -111,6 +112,8 @@ def _bench_dpmf(r, d: int, threads: int, epochs: int, repeats: int, kernel: str 
                 _dpmf_epoch(kernel, r, state, U, V, b, c, mu, lr, reg)
                 secs += time.perf_counter() - t0; cpu += time.process_time() - c0
             fits.append(secs); cpus.append(cpu)
+        if kernel != "serial":                # the factors back in the original order (untimed), as `PMF.fit` leaves them
+            orig = [np.empty_like(a) for a in (U, V, b, c)]; state.scatter((U, V, b, c), *orig); U, V, b, c = orig
         t0 = time.perf_counter()
         dpmf.predict_kernel(r.user, r.item, U, V, b, c, mu, True, float(np.min(r.rating)), float(np.max(r.rating)))
         eval_s = time.perf_counter() - t0

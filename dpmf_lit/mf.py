@@ -14,13 +14,14 @@ import numba
 from tqdm import tqdm
 from .checks import Bool, Choice, Float, Int, Positive, show
 from .data import Ratings
+from typing import NamedTuple
 from .kernels import (PREFETCH_AHEAD, SGDBlocks, als_sweep, gd_step, mf_gradient, numba_threads, predict_kernel,  # noqa: F401
                               prefetch_item, prefetch_row, prepare_sgd_blocks, sgd_epoch, sgd_epoch_parallel, to_csr)
 from .mechanism import (MECHANISMS, Factors, FittedModel, Mechanism, PrivacyReport,  # noqa: F401
                                 get_mechanism, mechanisms, register_mechanism)
 
 # %% auto #0
-__all__ = ['rmse', 'mae', 'error_cdf', 'mean_error_increase', 'error_summary', 'evaluate', 'PMF']
+__all__ = ['rmse', 'mae', 'error_cdf', 'mean_error_increase', 'error_summary', 'evaluate', 'PMF', 'LocalGrid', 'local_grid']
 
 # %% ../nbs/01_mf.ipynb #a3b08c44
 def _pair(y, yhat):
@@ -133,6 +134,46 @@ def _fit(self: PMF, train: Ratings, progress: bool = False, valid: Ratings | Non
     history = _epochs(self, p, train, model, b, c, progress, valid)
     return Factors(U, V, model.user_bias, model.item_bias, mu, history)
 
+# %% ../nbs/01_mf.ipynb #4ef3dab1
+@numba.njit(cache=True, parallel=True)
+def _local_codes(codes, ptr, G, n, by_row):
+    "New code of each of n codes, contiguous per group (block row if by_row, else column), unrated last; and the inverse."
+    grp = np.full(n, G, np.int64)
+    for g in numba.prange(G):         # group g's blocks: its codes belong to no other group, so no two threads write one entry
+        for h in range(G):
+            k = g * G + h if by_row else h * G + g
+            for t in range(ptr[k], ptr[k + 1]): grp[codes[t]] = g
+    start = np.zeros(G + 2, np.int64)
+    for x in range(n): start[grp[x] + 1] += 1
+    for g in range(G + 1): start[g + 1] += start[g]
+    new, order = np.empty(n, np.int32), np.empty(n, np.int32)
+    for x in range(n):
+        new[x] = start[grp[x]]; order[start[grp[x]]] = x; start[grp[x]] += 1
+    out = np.empty(len(codes), np.int32)
+    for t in numba.prange(len(codes)): out[t] = new[codes[t]]
+    return out, order
+
+class LocalGrid(NamedTuple):
+    "A block grid in local codes: local user k is user `users[k]`, local item k is item `items[k]`."
+    blocks: SGDBlocks
+    users: np.ndarray
+    items: np.ndarray
+
+    def gather(self, U, V, b, c) -> tuple:
+        "Copies of (U, V, b, c) in local order."
+        return U[self.users], V[self.items], b[self.users], c[self.items]
+
+    def scatter(self, local, U, V, b, c):
+        "Write `local` (from `gather`, updated) back into (U, V, b, c) in the original order."
+        for a, x, o in zip((U, V, b, c), local, (self.users, self.items, self.users, self.items)): a[o] = x
+
+def local_grid(blocks: SGDBlocks, n_users: int, n_items: int) -> LocalGrid:
+    "`blocks` renumbered so that each group's users (items) are contiguous: no two threads share a cache line of b, c, U or V."
+    G, ptr = blocks.n_groups, np.asarray(blocks.ptr, np.int64)
+    user, users = _local_codes(blocks.user, ptr, G, n_users, True)
+    item, items = _local_codes(blocks.item, ptr, G, n_items, False)
+    return LocalGrid(SGDBlocks(user, item, blocks.rating, blocks.ptr), users, items)
+
 # %% ../nbs/01_mf.ipynb #bdb8b9a4
 def _epochs(self: PMF, p: dict, train: Ratings, model: FittedModel, b, c, progress: bool, valid) -> list:
     "Run `p['epochs']` epochs of the solver on `model`'s arrays in place; the per-epoch history."
@@ -140,15 +181,18 @@ def _epochs(self: PMF, p: dict, train: Ratings, model: FittedModel, b, c, progre
     user, item = np.ascontiguousarray(train.user, np.int32), np.ascontiguousarray(train.item, np.int32)
     rating = np.ascontiguousarray(train.rating, np.float32)
     if self.solver == "sgd":
-        blocks = prepare_sgd_blocks(user, item, rating, train.n_users, train.n_items, n_threads=p["blocks"], seed=self.seed, layout=self.layout)
+        grid = local_grid(prepare_sgd_blocks(user, item, rating, train.n_users, train.n_items, n_threads=p["blocks"],
+                                             seed=self.seed, layout=self.layout), train.n_users, train.n_items)
+        local = grid.gather(U, V, b, c)
     elif self.solver == "als":
         by_user, by_item = to_csr(user, item, rating, train.n_users), to_csr(item, user, rating, train.n_items)
     history = []
     with numba_threads(p["threads"]):
         for epoch in tqdm(range(p["epochs"]), desc=f"pmf[{self.solver}]", disable=not progress, leave=False):
             if self.solver == "sgd":
-                sse = sgd_epoch_parallel(*blocks, U, V, b, c, mu, lr, p["reg"], p["reg_bias"], self.bias)
+                sse = sgd_epoch_parallel(*grid.blocks, *local, mu, lr, p["reg"], p["reg_bias"], self.bias)
                 lr *= p["lr_decay"]
+                if valid is not None or epoch == p["epochs"] - 1: grid.scatter(local, U, V, b, c)
             elif self.solver == "gd":
                 _, sse = gd_step(user, item, rating, U, V, b, c, mu, lr, p["reg"], p["reg"], p["reg_bias"], self.bias, True, True, True)
                 lr *= p["lr_decay"]
