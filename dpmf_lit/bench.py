@@ -20,8 +20,8 @@ from .reference_engines import _libmf, _reference_row, _sample_rmse, bench_subsa
 
 # %% auto #0
 __all__ = ['ENGINES', 'DPMF_ENGINES', 'SGLD_ENGINES', 'DATASETS', 'NETFLIX_SHAPE', 'QUICK_SHAPE', 'EPOCHS_REPEATS', 'TARGETS',
-           'bench_dataset', 'run_bench', 'bench_ratios', 'format_table', 'layout_study', 'block_times',
-           'strata_speedup', 'free_block_speedup']
+           'bench_dataset', 'run_bench', 'bench_ratios', 'format_table', 'layout_study', 'block_times', 'sharing_study',
+           'thread_block_times', 'strata_speedup', 'free_block_speedup']
 
 # %% ../nbs/91_bench.ipynb #84d1a99f
 ENGINES = ("dpmf-sgd", "dpmf-sgd-parallel", "surprise-svd", "libmf", "dpmf-sgld-table", "dpmf-sgld-fresh")
@@ -415,6 +415,52 @@ def block_times(r, G: int, d: int = 64, layout: str = "user", seed: int = 0) -> 
                 _sgd_block(blk.user, blk.item, blk.rating, blk.ptr[k], blk.ptr[k + 1], U, V, b, c, mu, lr, reg, reg, True)
                 t[k // G, k % G] = time.perf_counter() - t0
     return t
+
+# %% ../nbs/91_bench.ipynb #07b0e6e7
+def sharing_study(r, d: int = 64, threads=(1, 2), rounds: int = 5, seed: int = 0) -> list[dict]:
+    """Updates/s of one SGD epoch on the G = T grid (`layout='user'`) in the original codes and in local codes
+    (`local_grid`), with and without biases, for each T in `threads`: all settings interleaved over `rounds`; median, min, max."""
+    mu, runs = float(np.mean(r.rating)), []
+    U, V, b, c = _init_factors(r, d, seed)
+    for T in threads:
+        blocks = dpmf.prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_threads=T, seed=seed, layout="user")
+        for codes, g in (("original", blocks), ("local", dpmf.local_grid(blocks, r.n_users, r.n_items).blocks)):
+            runs += [(T, codes, bias, g) for bias in (True, False)]
+    rates = {k[:3]: [] for k in runs}
+    for rnd in range(rounds + 1):          # round 0 compiles and warms the caches, untimed
+        for T, codes, bias, g in runs:
+            with numba_threads(T):
+                secs, _, _ = _timed(lambda: dpmf.sgd_epoch_parallel(*g, U, V, b, c, mu, 0.005, 0.02, 0.02, bias))
+            if rnd: rates[T, codes, bias].append(len(r) / secs)
+    return [dict(threads=T, codes=codes, bias=bias, d=d, updates_per_s=float(np.median(v)), min=float(min(v)), max=float(max(v)))
+            for (T, codes, bias), v in rates.items()]
+
+# %% ../nbs/91_bench.ipynb #8d75515c
+def thread_block_times(r, d: int = 64, G: int = 2, rounds: int = 3, seed: int = 0) -> list[dict]:
+    """Seconds of each block of a G x G grid (`layout='user'`, biases on) run alone and run beside the other blocks of
+    its stratum, one Python thread each (the kernel releases the GIL), in the original and in local codes; medians over `rounds`."""
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+    from dpmf_lit.kernels import _sgd_block, stratum_block
+    mu, lr, reg = np.float32(np.mean(r.rating)), np.float32(0.005), np.float32(0.02)
+    U, V, b, c = _init_factors(r, d, seed)
+    blocks = dpmf.prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_groups=G, seed=seed, layout="user")
+    out, gate = [], Barrier(G)
+    def run(g, k, wait):
+        if wait: gate.wait()
+        t0 = time.perf_counter(); _sgd_block(g.user, g.item, g.rating, g.ptr[k], g.ptr[k + 1], U, V, b, c, mu, lr, reg, reg, True)
+        return time.perf_counter() - t0
+    with ThreadPoolExecutor(G) as pool:
+        for codes, g in (("original", blocks), ("local", dpmf.local_grid(blocks, r.n_users, r.n_items).blocks)):
+            t = {m: np.zeros((rounds + 1, G, G)) for m in ("alone", "beside")}
+            for rnd in range(rounds + 1):          # round 0 compiles and warms, untimed
+                for s in range(G):
+                    ks = [stratum_block(h, s, G) for h in range(G)]
+                    for h, k in enumerate(ks): t["alone"][rnd, s, h] = run(g, k, False)
+                    t["beside"][rnd, s] = list(pool.map(lambda hk: run(g, hk[1], True), enumerate(ks)))
+            out += [dict(codes=codes, stratum=s, thread=h, alone=float(np.median(t["alone"][1:, s, h])),
+                         beside=float(np.median(t["beside"][1:, s, h]))) for s in range(G) for h in range(G)]
+    return out
 
 # %% ../nbs/91_bench.ipynb #2b9c8f41
 def strata_speedup(t: np.ndarray) -> float:

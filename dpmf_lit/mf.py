@@ -134,7 +134,7 @@ def _fit(self: PMF, train: Ratings, progress: bool = False, valid: Ratings | Non
     history = _epochs(self, p, train, model, b, c, progress, valid)
     return Factors(U, V, model.user_bias, model.item_bias, mu, history)
 
-# %% ../nbs/01_mf.ipynb #4ef3dab1
+# %% ../nbs/01_mf.ipynb #42f685ce
 @numba.njit(cache=True, parallel=True)
 def _local_codes(codes, ptr, G, n, by_row):
     "New code of each of n codes, contiguous per group (block row if by_row, else column), unrated last; and the inverse."

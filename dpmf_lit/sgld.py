@@ -19,7 +19,7 @@ from .privacy import NEIGHBOURING, Unit
 from .kernels import (_GOLDEN, _JIT, _below, _mix64, PREFETCH_AHEAD, als_sweep, fresh_normals, numba_threads,
                               predict_kernel, prefetch_item, prefetch_row, prepare_sgd_blocks, stratum_block, to_csr)
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
-from .mf import rmse
+from .mf import local_grid, rmse
 from .testing import M64, below_reference, mix64_reference
 
 # %% auto #0
@@ -336,6 +336,8 @@ def _fit(self: SGLD, train: Ratings, progress: bool = False,
     kept, blocks, U, V, b, c = _start(self, train, p)
     counts, m_counts = np.bincount(kept.user, minlength=train.n_users), np.bincount(kept.item, minlength=train.n_items)
     lik_w = w * reweighting(counts, self.max_ratings) if self.bound_by == "reweight" else w
+    grid = local_grid(blocks, train.n_users, train.n_items)   # each thread's rows contiguous (01_mf); noise keyed by position
+    local, lik_w, counts, m_counts = grid.gather(U, V, b, c), lik_w[grid.users], counts[grid.users], m_counts[grid.items]
     table = (gaussian_table(p["table_size"], self.d, seed=int(self.rng(4).integers(2**31))) if self.noise == "table"
              else np.zeros(0, np.float32))
     lam = p["prior_std"] ** -2
@@ -344,8 +346,9 @@ def _fit(self: SGLD, train: Ratings, progress: bool = False,
         for t in tqdm(range(self.epochs), desc="sgld", disable=not progress, leave=False):
             eta = p["eta"] * (1 + t) ** -self.lr_exponent
             ou_u, ou_v = ou_coefficients(counts, eta, lam, self.reg_bias), ou_coefficients(m_counts, eta, lam, self.reg_bias)
-            sse = sgld_epoch_parallel(*blocks, U, V, b, c, p["mu"], lo, hi, eta, p["gamma"] * self.likelihood_precision, lik_w,
+            sse = sgld_epoch_parallel(*grid.blocks, *local, p["mu"], lo, hi, eta, p["gamma"] * self.likelihood_precision, lik_w,
                                       ou_u, ou_v, table, kseed, t, True)
+            if valid is not None or on_epoch is not None or t == self.epochs - 1: grid.scatter(local, U, V, b, c)
             rec = dict(epoch=t + 1, eta=eta, train_rmse=math.sqrt(sse / max(len(kept), 1)), seconds=time.perf_counter() - t0)
             if valid is not None: rec["valid_rmse"] = _rmse(U, V, b, c, p["mu"], valid)
             if on_epoch is not None: on_epoch(t, U, V, b, c)
@@ -414,9 +417,11 @@ def bench_epoch(r: Ratings,               # the ratings
                 layout: str = "user",     # order inside a block
                 ):
     "The benchmarks' SGLD epoch on `r`'s block grid: (blocks, epoch(U, V, b, c, t)) with η = 1e-3, γλ_r = 10, unit weights and priors."
-    blocks = prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_threads=threads, seed=seed, layout=layout)
-    ou_u = ou_coefficients(np.bincount(r.user, minlength=r.n_users), 1e-3, 1.0, 1.0)
-    ou_v = ou_coefficients(np.bincount(r.item, minlength=r.n_items), 1e-3, 1.0, 1.0)
+    grid = local_grid(prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_threads=threads, seed=seed,
+                                         layout=layout), r.n_users, r.n_items)
+    blocks = grid.blocks                  # in local codes, as the fits run; the factors' order is immaterial here (iid draws)
+    ou_u = ou_coefficients(np.bincount(r.user, minlength=r.n_users)[grid.users], 1e-3, 1.0, 1.0)
+    ou_v = ou_coefficients(np.bincount(r.item, minlength=r.n_items)[grid.items], 1e-3, 1.0, 1.0)
     w, mu = np.ones(r.n_users, np.float32), float(np.mean(r.rating))
     table = gaussian_table(table_size, d, seed) if noise == "table" else np.zeros(0, np.float32)
     epoch = lambda U, V, b, c, t: sgld_epoch_parallel(*blocks, U, V, b, c, mu, r.rating_min, r.rating_max, 1e-3, 10.0, w,
