@@ -457,35 +457,37 @@ def _bits_f64(typingctx, b):
     "The float64 whose bits are int64 b."
     return types.float64(types.int64), lambda context, builder, sig, args: builder.bitcast(args[0], llir.DoubleType())
 
+_F = np.float32
+
 @njit(inline="always", fastmath=True, error_model="numpy")
 def _log_unit(u):
-    "ln u for a normal float64 u in (0, 1]: exponent from the bits, ln m by the artanh series (no branch, vectorizable)."
+    "ln u (float32) for a normal float64 u in (0, 1]: exponent from the bits, ln m by the artanh series (no branch, vectorizable)."
     b = _f64_bits(u)
     m = _bits_f64((b & 0xFFFFFFFFFFFFF) | 0x3FF0000000000000)           # the mantissa, in [1, 2)
     big = np.float64(m > 1.4142135623730951)                              # fold into [sqrt(1/2), sqrt(2))
-    m, e = m * (1.0 - 0.5 * big), np.float64((b >> 52) - 1023) + big
-    s = (m - 1.0) / (m + 1.0); q = s * s
-    p = (((((q / 13.0 + 1.0 / 11.0) * q + 1.0 / 9.0) * q + 1.0 / 7.0) * q + 0.2) * q + 1.0 / 3.0) * q + 1.0
-    return e * 0.6931471805599453 + 2.0 * s * p
+    m, e = m * (1.0 - 0.5 * big), _F(np.float64((b >> 52) - 1023) + big)
+    s = _F(m - 1.0) / _F(m + 1.0); q = s * s                              # m - 1 exact in float64: s keeps its digits near 1
+    p = (((q * _F(1 / 9) + _F(1 / 7)) * q + _F(0.2)) * q + _F(1 / 3)) * q + _F(1.0)
+    return e * _F(0.6931471805599453) + _F(2.0) * s * p
 
 # %% ../nbs/01a_kernels.ipynb #07bbf650
 @njit(inline="always", fastmath=True, error_model="numpy")
 def _sincos_quarter(t):
-    "(sin φ, cos φ) of φ = (π/2) t for t in [0, 1): Taylor polynomials about π/4."
-    psi = (t - 0.5) * 1.5707963267948966; q = psi * psi   # psi = φ - π/4, in [-π/4, π/4)
-    sp = psi * (((((-q / 39916800.0 + 1.0 / 362880.0) * q - 1.0 / 5040.0) * q + 1.0 / 120.0) * q - 1.0 / 6.0) * q + 1.0)
-    cp = (((((q / 479001600.0 - 1.0 / 3628800.0) * q + 1.0 / 40320.0) * q - 1.0 / 720.0) * q + 1.0 / 24.0) * q - 0.5) * q + 1.0
-    return (sp + cp) * 0.7071067811865476, (cp - sp) * 0.7071067811865476
+    "(sin φ, cos φ) of φ = (π/2) t for float32 t in [0, 1): Taylor polynomials about π/4, in float32."
+    psi = (t - _F(0.5)) * _F(1.5707963267948966); q = psi * psi   # psi = φ - π/4, in [-π/4, π/4)
+    sp = psi * ((((q * _F(1 / 362880) - _F(1 / 5040)) * q + _F(1 / 120)) * q - _F(1 / 6)) * q + _F(1.0))
+    cp = ((((q * _F(-1 / 3628800) + _F(1 / 40320)) * q - _F(1 / 720)) * q + _F(1 / 24)) * q - _F(0.5)) * q + _F(1.0)
+    return (sp + cp) * _F(0.7071067811865476), (cp - sp) * _F(0.7071067811865476)
 
 @njit(inline="always", fastmath=True, error_model="numpy")
 def _box_muller(key, f):
     "The pair (z1, z2) number f of counter `key`: Box-Muller on two splitmix64 draws, as derived above."
     x = _mix64(key + np.uint64(f + 1) * _GOLDEN)
     y = _mix64(x ^ _GOLDEN)
-    rad = math.sqrt(-2.0 * _log_unit((np.float64(x >> np.uint64(11)) + 0.5) * 2.0 ** -53))
-    s, c = _sincos_quarter(np.float64(y >> np.uint64(12)) * 2.0 ** -52)
-    return (rad * c * (1.0 - 2.0 * np.float64(y & np.uint64(1))),
-            rad * s * (1.0 - 2.0 * np.float64((y >> np.uint64(1)) & np.uint64(1))))
+    rad = math.sqrt(_F(-2.0) * _log_unit((np.float64(x >> np.uint64(11)) + 0.5) * 2.0 ** -53))
+    s, c = _sincos_quarter(_F(np.int32(y >> np.uint64(34))) * _F(2.0 ** -30))
+    return (rad * c * (_F(1.0) - _F(2.0) * _F(np.int32(y & np.uint64(1)))),
+            rad * s * (_F(1.0) - _F(2.0) * _F(np.int32((y >> np.uint64(1)) & np.uint64(1)))))
 
 @njit(**_JIT)
 def fresh_normals(key, out):
