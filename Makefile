@@ -29,7 +29,12 @@ $(STAMP): pyproject.toml $(CONSTRAINTS) | $(BIN)/python
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name python3 >/dev/null
 	touch $@
 
+# numba's on-disk cache notices a change to a kernel's own module only, not to a kernel it calls from another
+# module (a stale copy would run): after any change to the package source, every kernel compiles afresh once.
+NUMBA_STAMP := dpmf_lit/__pycache__/.numba-source-stamp
 install: $(STAMP)
+	@if [ ! -e $(NUMBA_STAMP) ] || [ -n "$$(find dpmf_lit -name '*.py' -newer $(NUMBA_STAMP) | head -1)" ]; then \
+	  find dpmf_lit \( -name '*.nbi' -o -name '*.nbc' \) -delete; mkdir -p dpmf_lit/__pycache__; touch $(NUMBA_STAMP); fi
 
 reproduce: install
 	$(BIN)/dpmf data fetch ml-100k
