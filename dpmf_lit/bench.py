@@ -389,8 +389,9 @@ def layout_study(r, d: int = 64, epochs: int = 1, repeats: int = 2, grid: int = 
         for name, kw in tqdm(layouts.items(), desc="layouts", disable=not progress):
             kernel = "serial" if kw is None else "parallel"
             _dpmf_compile(kernel, 1)
-            state = (np.random.default_rng(seed).permutation(len(r)) if kw is None else
-                     dpmf.prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_threads=1, seed=seed, **kw))
+            state = (np.random.default_rng(seed).permutation(len(r)) if kw is None else dpmf.local_grid(
+                     dpmf.prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_threads=1, seed=seed, **kw),
+                     r.n_users, r.n_items))
             best = best_cpu = math.inf
             for rep in range(repeats):
                 U, V, b, c = _init_factors(r, d, seed + rep)
