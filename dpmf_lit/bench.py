@@ -21,7 +21,7 @@ from .reference_engines import _libmf, _reference_row, _sample_rmse, bench_subsa
 # %% auto #0
 __all__ = ['ENGINES', 'DPMF_ENGINES', 'SGLD_ENGINES', 'DATASETS', 'NETFLIX_SHAPE', 'QUICK_SHAPE', 'EPOCHS_REPEATS', 'TARGETS',
            'bench_dataset', 'run_bench', 'bench_ratios', 'format_table', 'layout_study', 'block_times', 'sharing_study',
-           'thread_block_times', 'strata_speedup', 'free_block_speedup']
+           'grid_study', 'thread_block_times', 'strata_speedup', 'free_block_speedup']
 
 # %% ../nbs/91_bench.ipynb #84d1a99f
 ENGINES = ("dpmf-sgd", "dpmf-sgd-parallel", "surprise-svd", "libmf", "dpmf-sgld-table", "dpmf-sgld-fresh")
@@ -165,12 +165,9 @@ def _engine_available(engine: str) -> str | None:
 
 def _runnable(engines) -> list:
     "The engines whose package is installed; a warning names the package of each one left out."
-    out = []
-    for e in engines:
-        reason = _engine_available(e)
-        if reason: warnings.warn(reason)
-        else: out.append(e)
-    return out
+    reasons = {e: _engine_available(e) for e in engines}
+    for why in filter(None, reasons.values()): warnings.warn(why)
+    return [e for e, why in reasons.items() if not why]
 
 # %% ../nbs/91_bench.ipynb #2370add7
 def _check_args(datasets, ds, engines, threads, epochs, repeats, surprise_max_ratings, engine_timeout, seed):
@@ -418,23 +415,34 @@ def block_times(r, G: int, d: int = 64, layout: str = "user", seed: int = 0) -> 
     return t
 
 # %% ../nbs/91_bench.ipynb #07b0e6e7
+def _interleaved(r, runs: dict, d: int, rounds: int, seed: int) -> list[dict]:
+    "Median, min, max updates/s of one SGD epoch for each {key: (threads, SGDBlocks, bias)} of `runs`, all interleaved over `rounds`."
+    mu, rates, (U, V, b, c) = float(np.mean(r.rating)), {k: [] for k in runs}, _init_factors(r, d, seed)
+    for rnd in range(rounds + 1):          # round 0 compiles and warms the caches, untimed
+        for k, (T, g, bias) in runs.items():
+            with numba_threads(T): secs, _, _ = _timed(lambda: dpmf.sgd_epoch_parallel(*g, U, V, b, c, mu, 0.005, 0.02, 0.02, bias))
+            if rnd: rates[k].append(len(r) / secs)
+    return [dict(key=k, d=d, updates_per_s=float(np.median(v)), min=float(min(v)), max=float(max(v))) for k, v in rates.items()]
+
 def sharing_study(r, d: int = 64, threads=(1, 2), rounds: int = 5, seed: int = 0) -> list[dict]:
     """Updates/s of one SGD epoch on the G = T grid (`layout='user'`) in the original codes and in local codes
     (`local_grid`), with and without biases, for each T in `threads`: all settings interleaved over `rounds`; median, min, max."""
-    mu, runs = float(np.mean(r.rating)), []
-    U, V, b, c = _init_factors(r, d, seed)
+    runs = {}
     for T in threads:
         blocks = dpmf.prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_threads=T, seed=seed, layout="user")
         for codes, g in (("original", blocks), ("local", dpmf.local_grid(blocks, r.n_users, r.n_items).blocks)):
-            runs += [(T, codes, bias, g) for bias in (True, False)]
-    rates = {k[:3]: [] for k in runs}
-    for rnd in range(rounds + 1):          # round 0 compiles and warms the caches, untimed
-        for T, codes, bias, g in runs:
-            with numba_threads(T):
-                secs, _, _ = _timed(lambda: dpmf.sgd_epoch_parallel(*g, U, V, b, c, mu, 0.005, 0.02, 0.02, bias))
-            if rnd: rates[T, codes, bias].append(len(r) / secs)
-    return [dict(threads=T, codes=codes, bias=bias, d=d, updates_per_s=float(np.median(v)), min=float(min(v)), max=float(max(v)))
-            for (T, codes, bias), v in rates.items()]
+            runs.update({(T, codes, bias): (T, g, bias) for bias in (True, False)})
+    return [dict(zip(("threads", "codes", "bias"), x.pop("key")), **x) for x in _interleaved(r, runs, d, rounds, seed)]
+
+def grid_study(r, d: int = 64, threads=(1, 2), grids=None, rounds: int = 3, seed: int = 0) -> list[dict]:
+    """Updates/s of one SGD epoch (local codes, `layout='user'`, biases on) for each T in `threads` and each G >= T in
+    `grids` (None: 1, 2, 4, ..., up to 4x `cache_blocks`), all interleaved over `rounds`; `cache` marks `cache_blocks`'s G."""
+    G_cache = dpmf.cache_blocks(r.n_users, r.n_items, d)
+    grids = sorted({2 ** k for k in range(int(math.log2(4 * G_cache)) + 1)} if grids is None else set(grids))
+    local = {G: dpmf.local_grid(dpmf.prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_groups=G, seed=seed,
+                                                        layout="user"), r.n_users, r.n_items).blocks for G in grids}
+    runs = {(T, G): (T, local[G], True) for T in threads for G in grids if G >= T}
+    return [dict(threads=x["key"][0], G=x["key"][1], cache=x.pop("key")[1] == G_cache, **x) for x in _interleaved(r, runs, d, rounds, seed)]
 
 # %% ../nbs/91_bench.ipynb #8d75515c
 def thread_block_times(r, d: int = 64, G: int = 2, rounds: int = 3, seed: int = 0) -> list[dict]:

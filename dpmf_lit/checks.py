@@ -125,11 +125,22 @@ class Check:
         return None if value is None and self.none else self.fn(name, value, *self.args, **self.kwargs)
 
     def __or__(self, other):
+        "`check | None` lets None through; `check | other` accepts what either accepts (`kind`: the first's)."
+        if isinstance(other, Check):
+            return Check(_either, (self, other), kind=self.kind, none=self.none or other.none, text=f"{self.text} | {other.text}")
         if other is not None: return NotImplemented
         return Check(self.fn, *self.args, kind=self.kind, none=True, text=self.text, **self.kwargs)
     __ror__ = __or__
 
     def __repr__(self): return self.text + (" | None" if self.none else "")
+
+def _either(name: str, value, checks):
+    "What the first of `checks` to accept `value` returns, else a ValueError naming `name` and every alternative."
+    wants = []
+    for check in checks:
+        try: return check(name, value)
+        except ValueError as e: wants.append(str(e).split(" must be ", 1)[-1])
+    raise ValueError(f"{name}={show(value)} must be {' or '.join(wants)}")
 
 def _text(name: str, *args, **kwargs) -> str:
     "A declaration as written: `Float(0, 1, low_open=True)`, trailing None arguments and default flags left out."

@@ -14,6 +14,7 @@ import numba
 from tqdm import tqdm
 from .checks import Bool, Choice, Float, Int, Positive, show
 from .data import Ratings
+from .machine import cache_sizes
 from typing import NamedTuple
 from .kernels import (PREFETCH_AHEAD, SGDBlocks, als_sweep, gd_step, mf_gradient, numba_threads, predict_kernel,  # noqa: F401
                               prefetch_item, prefetch_row, prepare_sgd_blocks, sgd_epoch, sgd_epoch_parallel, to_csr)
@@ -21,7 +22,8 @@ from .mechanism import (MECHANISMS, Factors, FittedModel, Mechanism, PrivacyRepo
                                 get_mechanism, mechanisms, register_mechanism)
 
 # %% auto #0
-__all__ = ['rmse', 'mae', 'error_cdf', 'mean_error_increase', 'error_summary', 'evaluate', 'PMF', 'LocalGrid', 'local_grid']
+__all__ = ['L2_FALLBACK', 'MIN_VISIT', 'rmse', 'mae', 'error_cdf', 'mean_error_increase', 'error_summary', 'evaluate', 'PMF',
+           'LocalGrid', 'local_grid', 'cache_blocks']
 
 # %% ../nbs/01_mf.ipynb #a3b08c44
 def _pair(y, yhat):
@@ -95,7 +97,7 @@ class PMF(Mechanism):
                  init_std: Positive = 0.01,          # standard deviation of the initial profiles
                  lr_decay: Float(0, 1, low_open=True) | None = None,  # the step is multiplied by this after each epoch (None: the solver's)
                  layout: Choice("random", "user") = "user",  # SGD order inside a block: 'user' (user by user) or 'random'
-                 blocks: Int(1) | None = None):      # G of SGD's G x G block grid (None: threads); fixes the result
+                 blocks: Int(1) | Choice("cache") | None = None):  # G of SGD's G x G grid (None: threads; 'cache': `cache_blocks`); fixes the result
         "The base class has checked and stored each parameter; ALS also needs reg > 0."
         if self.solver == "als" and self.reg == 0:
             raise ValueError(f"reg={show(reg)} must be > 0 for solver='als' (the normal equations need it)")
@@ -125,6 +127,7 @@ def _fit(self: PMF, train: Ratings, progress: bool = False, valid: Ratings | Non
     if valid is not None and (not isinstance(valid, Ratings) or valid.n_users > train.n_users or valid.n_items > train.n_items):
         raise ValueError(f"valid must be Ratings on the train matrix ({train.n_users} x {train.n_items})")
     p, rng = self.resolved_params(), self.rng()
+    if p["blocks"] == "cache": p["blocks"] = cache_blocks(train.n_users, train.n_items, self.d, len(train), self.layout)
     U = (self.init_std * rng.standard_normal((train.n_users, self.d))).astype(np.float32)
     V = (self.init_std * rng.standard_normal((train.n_items, self.d))).astype(np.float32)
     b, c = np.zeros(train.n_users, np.float32), np.zeros(train.n_items, np.float32)
@@ -132,7 +135,7 @@ def _fit(self: PMF, train: Ratings, progress: bool = False, valid: Ratings | Non
     mu = float(rating.mean()) if self.bias else 0.0
     model = FittedModel(U, V, b if self.bias else None, c if self.bias else None, mu, train.rating_min, train.rating_max)
     history = _epochs(self, p, train, model, b, c, progress, valid)
-    return Factors(U, V, model.user_bias, model.item_bias, mu, history)
+    return Factors(U, V, model.user_bias, model.item_bias, mu, history, params={"blocks": p["blocks"]})
 
 # %% ../nbs/01_mf.ipynb #42f685ce
 @numba.njit(cache=True, parallel=True)
@@ -173,6 +176,25 @@ def local_grid(blocks: SGDBlocks, n_users: int, n_items: int) -> LocalGrid:
     user, users = _local_codes(blocks.user, ptr, G, n_users, True)
     item, items = _local_codes(blocks.item, ptr, G, n_items, False)
     return LocalGrid(SGDBlocks(user, item, blocks.rating, blocks.ptr), users, items)
+
+# %% ../nbs/01_mf.ipynb #a59516b1
+L2_FALLBACK = 1 << 20    # bytes: the per-core L2 assumed where the machine reports none
+MIN_VISIT = 4            # ratings a user brings to one block, on average, below which G is not doubled
+
+def cache_blocks(n_users: int, n_items: int, d: int,
+                 n_ratings: int | None = None,  # ratings in the grid (None: no limit from the users' visits)
+                 layout: str = "user",          # 'user': only the item rows count; 'random': the user rows too
+                 cores: int | None = None,      # cores that run blocks at once (None: numba's, `NUMBA_NUM_THREADS`)
+                 l2: int | None = None          # a core's L2 in bytes (None: as `cache_sizes` reports, else `L2_FALLBACK`)
+                 ) -> int:
+    "G = cores x 2^k, k >= 0 the least for which one block's out-of-order rows fit in `l2`, or the visits would fall below `MIN_VISIT`."
+    cores = numba.config.NUMBA_NUM_THREADS if cores is None else cores
+    l2 = cache_sizes().get("L2", L2_FALLBACK) if l2 is None else l2
+    rows = n_items + (n_users if layout == "random" else 0)
+    per_user = math.inf if n_ratings is None else n_ratings / max(n_users, 1)
+    G, most = cores, max(1, min(n_users, n_items))
+    while G * l2 < rows * (d + 1) * 4 and per_user >= 2 * G * MIN_VISIT and 2 * G <= most: G *= 2
+    return min(G, most)
 
 # %% ../nbs/01_mf.ipynb #bdb8b9a4
 def _epochs(self: PMF, p: dict, train: Ratings, model: FittedModel, b, c, progress: bool, valid) -> list:

@@ -19,7 +19,7 @@ from .privacy import NEIGHBOURING, Unit
 from .kernels import (_GOLDEN, _JIT, _below, _mix64, PREFETCH_AHEAD, als_sweep, fresh_normals, numba_threads,
                               predict_kernel, prefetch_item, prefetch_row, prepare_sgd_blocks, stratum_block, to_csr)
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
-from .mf import local_grid, rmse
+from .mf import cache_blocks, local_grid, rmse
 from .testing import M64, below_reference, mix64_reference
 
 # %% auto #0
@@ -268,7 +268,7 @@ class SGLD(Mechanism):
                  mean: Float() | None = None,     # public offset μ (None: the midpoint of the rating range)
                  reg_local: Positive = 5.0,       # ridge λ of each user's local fit of (u_i, b_i) given V, c
                  threads: Int(1) | None = None,   # threads to run (None: 1)
-                 blocks: Int(1) | None = None,    # G of the G x G block grid (None: threads); fixes the result
+                 blocks: Int(1) | Choice("cache") | None = None,  # G of the G x G grid (None: threads; 'cache': `cache_blocks`); fixes the result
                  layout: Choice("random", "user") = "user",  # order inside a block: 'user' (user visits) or 'random'
                  seed: Int(0) | None = None,      # None: secret, from the OS; else trimming, start, table and noise
                  unit: Unit("user") = "user"):    # per user (a per-user guarantee also covers one rating)
@@ -295,6 +295,7 @@ def resolved_params(self: SGLD, train: Ratings | None = None) -> dict:
         lam_max = max(p["prior_std"] ** -2, self.reg_bias)
         p["eta"] = min(2 * self.lr / (p["gamma"] * self.likelihood_precision), 1.0 / lam_max)
         p["lr_capped"] = p["eta"] < 2 * self.lr / (p["gamma"] * self.likelihood_precision)   # η at its stability cap: a larger lr changes nothing
+        if p["blocks"] == "cache": p["blocks"] = cache_blocks(train.n_users, train.n_items, self.d, len(train), self.layout)
     return p
 
 # %% ../nbs/07_sgld.ipynb #263bf6bb

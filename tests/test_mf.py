@@ -4,9 +4,10 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from dpmf_lit.data import Ratings, load_dataset, random_split, synthetic
-from dpmf_lit.mf import (MECHANISMS, PMF, FittedModel, Mechanism, PrivacyReport, als_sweep, error_cdf, evaluate,
+from dpmf_lit.mf import (MECHANISMS, PMF, FittedModel, Mechanism, PrivacyReport, als_sweep, MIN_VISIT, cache_blocks, error_cdf, evaluate,
                          gd_step, get_mechanism, mae, mean_error_increase, mf_gradient, prepare_sgd_blocks,
                          register_mechanism, rmse, sgd_epoch, sgd_epoch_parallel, to_csr)
 from dpmf_lit.testing import (als_reference, blocks_visit_order, objective_reference, sgd_reference, small_split,
@@ -318,9 +319,46 @@ def test_blocks_fix_the_result_whatever_the_threads(small):
     np.testing.assert_array_equal(a.U, b.U)
 
 
+def test_cache_grid_fixes_the_result_whatever_the_threads(small):
+    from dpmf_lit.sgld import SGLD
+    train, _ = small
+    a, b = (PMF(d=4, epochs=3, threads=t, blocks="cache").fit(train) for t in (1, 2))
+    G = a.params["blocks"]
+    assert isinstance(G, int) and G == b.params["blocks"] == cache_blocks(train.n_users, train.n_items, 4, len(train))
+    np.testing.assert_array_equal(a.U, b.U)
+    np.testing.assert_array_equal(a.U, PMF(d=4, epochs=3, blocks=G).fit(train).U)   # the reported G reproduces the fit
+    s, t = (SGLD(d=4, epochs=2, seed=1, threads=k, blocks="cache").fit(train) for k in (1, 2))
+    assert s.params["blocks"] == t.params["blocks"] == G and np.array_equal(s.V, t.V)
+
+
+@settings(max_examples=300, deadline=None)
+@given(n_users=st.integers(1, 10**6), n_items=st.integers(1, 10**5), d=st.integers(1, 2048), per_user=st.none() | st.integers(1, 500),
+       layout=st.sampled_from(["user", "random"]), cores=st.integers(1, 64), l2=st.integers(1 << 10, 1 << 24))
+def test_cache_blocks_is_the_least_grid_that_fits(n_users, n_items, d, per_user, layout, cores, l2):
+    n_ratings = None if per_user is None else per_user * n_users
+    G = cache_blocks(n_users, n_items, d, n_ratings, layout, cores, l2)
+    most = min(n_users, n_items)
+    rows = n_items + (n_users if layout == "random" else 0)
+    fits = lambda g: rows * (d + 1) * 4 <= g * l2
+    stop = lambda g: fits(g) or (per_user is not None and per_user < 2 * g * MIN_VISIT) or 2 * g > most
+    if G == most and G < cores: return                   # fewer rows than cores: one group per row
+    k = G // cores
+    assert G % cores == 0 and k & (k - 1) == 0           # cores x a power of two
+    assert stop(G) and (k == 1 or not stop(G // 2))      # the first such grid that fits, or where doubling must stop
+
+
+def test_cache_blocks_without_a_reported_cache(monkeypatch):
+    import dpmf_lit.mf as mf
+    monkeypatch.setattr(mf, "cache_sizes", lambda: {})
+    assert cache_blocks(480_189, 17_770, 1024, cores=2) == cache_blocks(480_189, 17_770, 1024, cores=2, l2=mf.L2_FALLBACK)
+    monkeypatch.setattr(mf, "cache_sizes", lambda: {"L1d": 32 << 10, "L2": 1 << 19, "L3": 32 << 20})
+    assert cache_blocks(480_189, 17_770, 64, cores=2) == 16          # the L2 reported counts (half of 1 MiB: twice the groups)
+
+
 @pytest.mark.parametrize("kw,msg", [(dict(bias="no"), "bias='no' must be True or False"), (dict(bias=1), "bias=1"),
                                     (dict(lr=True), "lr=True"), (dict(reg="abc"), "reg='abc' must be a number"),
-                                    (dict(d=np.int64(0)), "d=0 must"), (dict(blocks=0), "blocks=0")])
+                                    (dict(d=np.int64(0)), "d=0 must"), (dict(blocks=0), "blocks=0"),
+                                    (dict(blocks="L2"), "blocks='L2' must be an integer >= 1 or one of 'cache'")])
 def test_pmf_refuses_coercions(kw, msg):
     with pytest.raises(ValueError, match=msg.replace("(", r"\(")): PMF(**kw)
 
