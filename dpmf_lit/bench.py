@@ -437,7 +437,7 @@ def sharing_study(r, d: int = 64, threads=(1, 2), rounds: int = 5, seed: int = 0
 def grid_study(r, d: int = 64, threads=(1, 2), grids=None, rounds: int = 3, seed: int = 0) -> list[dict]:
     """Updates/s of one SGD epoch (local codes, `layout='user'`, biases on) for each T in `threads` and each G >= T in
     `grids` (None: 1, 2, 4, ..., up to 4x `cache_blocks`), all interleaved over `rounds`; `cache` marks `cache_blocks`'s G."""
-    G_cache = dpmf.cache_blocks(r.n_users, r.n_items, d)
+    G_cache = dpmf.cache_blocks(r.n_users, r.n_items, d, len(r))
     grids = sorted({2 ** k for k in range(int(math.log2(4 * G_cache)) + 1)} if grids is None else set(grids))
     local = {G: dpmf.local_grid(dpmf.prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_groups=G, seed=seed,
                                                         layout="user"), r.n_users, r.n_items).blocks for G in grids}

@@ -179,7 +179,7 @@ def local_grid(blocks: SGDBlocks, n_users: int, n_items: int) -> LocalGrid:
 
 # %% ../nbs/01_mf.ipynb #a59516b1
 L2_FALLBACK = 1 << 20    # bytes: the per-core L2 assumed where the machine reports none
-MIN_VISIT = 4            # ratings a user brings to one block, on average, below which G is not doubled
+MIN_VISIT = 8            # ratings a user brings to one block, on average, below which G is not doubled
 
 def cache_blocks(n_users: int, n_items: int, d: int,
                  n_ratings: int | None = None,  # ratings in the grid (None: no limit from the users' visits)
