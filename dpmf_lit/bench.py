@@ -165,9 +165,9 @@ def _engine_available(engine: str) -> str | None:
 
 def _runnable(engines) -> list:
     "The engines whose package is installed; a warning names the package of each one left out."
-    reasons = {e: _engine_available(e) for e in engines}
-    for why in filter(None, reasons.values()): warnings.warn(why)
-    return [e for e, why in reasons.items() if not why]
+    reasons = [(e, _engine_available(e)) for e in engines]
+    for _, why in reasons: why and warnings.warn(why)
+    return [e for e, why in reasons if not why]
 
 # %% ../nbs/91_bench.ipynb #2370add7
 def _check_args(datasets, ds, engines, threads, epochs, repeats, surprise_max_ratings, engine_timeout, seed):
@@ -436,9 +436,9 @@ def sharing_study(r, d: int = 64, threads=(1, 2), rounds: int = 5, seed: int = 0
 
 def grid_study(r, d: int = 64, threads=(1, 2), grids=None, rounds: int = 3, seed: int = 0) -> list[dict]:
     """Updates/s of one SGD epoch (local codes, `layout='user'`, biases on) for each T in `threads` and each G >= T in
-    `grids` (None: 1, 2, 4, ..., up to 4x `cache_blocks`), all interleaved over `rounds`; `cache` marks `cache_blocks`'s G."""
+    `grids` (None: `cache_blocks`'s G and 1, 2, 4, ... up to 4 times it), all interleaved over `rounds`; `cache` marks `cache_blocks`'s G."""
     G_cache = dpmf.cache_blocks(r.n_users, r.n_items, d, len(r))
-    grids = sorted({2 ** k for k in range(int(math.log2(4 * G_cache)) + 1)} if grids is None else set(grids))
+    grids = sorted({G_cache, *(2 ** k for k in range(int(math.log2(4 * G_cache)) + 1))} if grids is None else set(grids))
     local = {G: dpmf.local_grid(dpmf.prepare_sgd_blocks(r.user, r.item, r.rating, r.n_users, r.n_items, n_groups=G, seed=seed,
                                                         layout="user"), r.n_users, r.n_items).blocks for G in grids}
     runs = {(T, G): (T, local[G], True) for T in threads for G in grids if G >= T}

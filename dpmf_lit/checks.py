@@ -136,10 +136,10 @@ class Check:
 
 def _either(name: str, value, checks):
     "What the first of `checks` to accept `value` returns, else a ValueError naming `name` and every alternative."
-    wants = []
+    wants, lead = [], f"{name}={show(value)} must be "
     for check in checks:
         try: return check(name, value)
-        except ValueError as e: wants.append(str(e).split(" must be ", 1)[-1])
+        except ValueError as e: wants.append(str(e).removeprefix(lead))
     raise ValueError(f"{name}={show(value)} must be {' or '.join(wants)}")
 
 def _text(name: str, *args, **kwargs) -> str:

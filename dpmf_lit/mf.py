@@ -12,7 +12,7 @@ import numpy as np
 from fastcore.basics import patch
 import numba
 from tqdm import tqdm
-from .checks import Bool, Choice, Float, Int, Positive, show
+from .checks import Bool, Choice, Float, Int, Positive, check_choice, check_int, show
 from .data import Ratings
 from .machine import cache_sizes
 from typing import NamedTuple
@@ -187,12 +187,14 @@ def cache_blocks(n_users: int, n_items: int, d: int,
                  cores: int | None = None,      # cores that run blocks at once (None: numba's, `NUMBA_NUM_THREADS`)
                  l2: int | None = None          # a core's L2 in bytes (None: as `cache_sizes` reports, else `L2_FALLBACK`)
                  ) -> int:
-    "G = cores x 2^k, k >= 0 the least for which one block's out-of-order rows fit in `l2`, or the visits would fall below `MIN_VISIT`."
-    cores = numba.config.NUMBA_NUM_THREADS if cores is None else cores
-    l2 = cache_sizes().get("L2", L2_FALLBACK) if l2 is None else l2
+    "G = cores x 2^k for the least k >= 0 at which one block's out-of-order rows fit in `l2`, or doubling would leave fewer than `MIN_VISIT` ratings a visit."
+    n_users, n_items, d = (check_int(k, v, 1) for k, v in (("n_users", n_users), ("n_items", n_items), ("d", d)))
+    n_ratings, layout = check_int("n_ratings", n_ratings, 0, allow_none=True), check_choice("layout", layout, ("user", "random"))
+    cores = check_int("cores", numba.config.NUMBA_NUM_THREADS if cores is None else cores, 1)
+    l2 = check_int("l2", cache_sizes().get("L2", L2_FALLBACK) if l2 is None else l2, 1)
     rows = n_items + (n_users if layout == "random" else 0)
-    per_user = math.inf if n_ratings is None else n_ratings / max(n_users, 1)
-    G, most = cores, max(1, min(n_users, n_items))
+    per_user = math.inf if n_ratings is None else n_ratings / n_users
+    G, most = cores, min(n_users, n_items)
     while G * l2 < rows * (d + 1) * 4 and per_user >= 2 * G * MIN_VISIT and 2 * G <= most: G *= 2
     return min(G, most)
 

@@ -281,8 +281,9 @@ def resolved_params(self: SGLD, train: Ratings | None = None) -> dict:
     "Parameters with defaults resolved; with `train`, also B, K, γ and the Langevin step η."
     p = self.params()
     p["weights"] = None if self.weights is None else (self.weights if np.ndim(self.weights) == 0 else "per-user")
-    p["threads"] = min(1 if self.threads is None else self.threads, numba.config.NUMBA_NUM_THREADS)
-    p["blocks"] = p["threads"] if self.blocks is None else self.blocks
+    asked = 1 if self.threads is None else self.threads
+    p["threads"] = min(asked, numba.config.NUMBA_NUM_THREADS)
+    p["blocks"] = asked if self.blocks is None else self.blocks          # the threads asked for, as PMF: not the machine's
     p["prior_std"] = (2 * self.d) ** -0.25 if self.prior_std is None else self.prior_std
     p["table_size"] = max(65_536, 2 * (self.d + 1)) if self.table_size is None else self.table_size
     if train is not None:
@@ -295,7 +296,6 @@ def resolved_params(self: SGLD, train: Ratings | None = None) -> dict:
         lam_max = max(p["prior_std"] ** -2, self.reg_bias)
         p["eta"] = min(2 * self.lr / (p["gamma"] * self.likelihood_precision), 1.0 / lam_max)
         p["lr_capped"] = p["eta"] < 2 * self.lr / (p["gamma"] * self.likelihood_precision)   # η at its stability cap: a larger lr changes nothing
-        if p["blocks"] == "cache": p["blocks"] = cache_blocks(train.n_users, train.n_items, self.d, len(train), self.layout)
     return p
 
 # %% ../nbs/07_sgld.ipynb #263bf6bb
@@ -310,6 +310,7 @@ def _check_user_weights(self: SGLD, train: Ratings) -> np.ndarray:
 def _start(self: SGLD, train: Ratings, p: dict):
     "The trimmed ratings in the block grid, and a start (U, V, b, c) drawn from the prior (stream 2): data-independent."
     kept = trim_ratings(train, self.max_ratings, seed=int(self.rng(1).integers(2**31))) if self.bound_by == "trim" else train
+    if p["blocks"] == "cache": p["blocks"] = cache_blocks(train.n_users, train.n_items, self.d, len(kept), self.layout)   # the grid's ratings
     blocks = prepare_sgd_blocks(kept.user, kept.item, kept.rating, train.n_users, train.n_items,
                                 n_threads=p["blocks"], seed=int(self.rng(3).integers(2**31)), layout=self.layout)
     g, s, sb = self.rng(2), p["prior_std"], self.reg_bias ** -0.5

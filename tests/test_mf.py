@@ -319,16 +319,21 @@ def test_blocks_fix_the_result_whatever_the_threads(small):
     np.testing.assert_array_equal(a.U, b.U)
 
 
-def test_cache_grid_fixes_the_result_whatever_the_threads(small):
+def test_cache_grid_fixes_the_result_whatever_the_threads(small, monkeypatch):
+    import dpmf_lit.mf as mf
     from dpmf_lit.sgld import SGLD
     train, _ = small
+    monkeypatch.setattr(mf, "cache_sizes", lambda: {"L2": 1024})   # a tiny L2, so that the grid is finer than the cores
     a, b = (PMF(d=4, epochs=3, threads=t, blocks="cache").fit(train) for t in (1, 2))
     G = a.params["blocks"]
-    assert isinstance(G, int) and G == b.params["blocks"] == cache_blocks(train.n_users, train.n_items, 4, len(train))
+    assert isinstance(G, int) and G == b.params["blocks"] == cache_blocks(train.n_users, train.n_items, 4, len(train)) and G > 2
     np.testing.assert_array_equal(a.U, b.U)
     np.testing.assert_array_equal(a.U, PMF(d=4, epochs=3, blocks=G).fit(train).U)   # the reported G reproduces the fit
-    s, t = (SGLD(d=4, epochs=2, seed=1, threads=k, blocks="cache").fit(train) for k in (1, 2))
-    assert s.params["blocks"] == t.params["blocks"] == G and np.array_equal(s.V, t.V)
+    counts = np.bincount(train.user, minlength=train.n_users)
+    s, t = (SGLD(d=4, epochs=2, seed=1, threads=k, max_ratings=int(counts.max()), blocks="cache").fit(train) for k in (1, 2))
+    assert s.params["blocks"] == t.params["blocks"] == G and np.array_equal(s.V, t.V)   # nothing trimmed: PMF's grid
+    trimmed = SGLD(d=4, epochs=1, seed=1, max_ratings=5, blocks="cache").fit(train)   # the grid holds the trimmed ratings
+    assert trimmed.params["blocks"] == cache_blocks(train.n_users, train.n_items, 4, int(np.minimum(counts, 5).sum())) < G
 
 
 @settings(max_examples=300, deadline=None)
@@ -337,20 +342,26 @@ def test_cache_grid_fixes_the_result_whatever_the_threads(small):
 def test_cache_blocks_is_the_least_grid_that_fits(n_users, n_items, d, per_user, layout, cores, l2):
     n_ratings = None if per_user is None else per_user * n_users
     G = cache_blocks(n_users, n_items, d, n_ratings, layout, cores, l2)
-    most = min(n_users, n_items)
-    rows = n_items + (n_users if layout == "random" else 0)
-    fits = lambda g: rows * (d + 1) * 4 <= g * l2
-    stop = lambda g: fits(g) or (per_user is not None and per_user < 2 * g * MIN_VISIT) or 2 * g > most
-    if G == most and G < cores: return                   # fewer rows than cores: one group per row
-    k = G // cores
-    assert G % cores == 0 and k & (k - 1) == 0           # cores x a power of two
-    assert stop(G) and (k == 1 or not stop(G // 2))      # the first such grid that fits, or where doubling must stop
+    need = (n_items + (n_users if layout == "random" else 0)) * (d + 1) * 4
+    # each limit on k in G = cores * 2^k on its own, then the least of them
+    k_fit = next(k for k in range(64) if cores * 2**k * l2 >= need)
+    k_visit = 64 if per_user is None else max([0] + [k for k in range(1, 64) if per_user >= cores * 2**k * MIN_VISIT])
+    k_rows = max([0] + [k for k in range(1, 64) if cores * 2**k <= min(n_users, n_items)])
+    assert type(G) is int and G == min(cores * 2 ** min(k_fit, k_visit, k_rows), n_users, n_items)
+
+
+def test_cache_blocks_checks_its_arguments():
+    for kw, msg in ((dict(cores=0), "cores=0"), (dict(l2=-1), "l2=-1"), (dict(layout="zig"), "layout='zig'"), (dict(n_ratings=-1), "n_ratings=-1")):
+        with pytest.raises(ValueError, match=msg): cache_blocks(10, 10, 4, **kw)
+    with pytest.raises(ValueError, match="d=0"): cache_blocks(10, 10, 0)
+    assert type(cache_blocks(np.int64(3), 1000, 64, cores=8, l2=1 << 10)) is int
 
 
 def test_cache_blocks_without_a_reported_cache(monkeypatch):
     import dpmf_lit.mf as mf
     monkeypatch.setattr(mf, "cache_sizes", lambda: {})
-    assert cache_blocks(480_189, 17_770, 1024, cores=2) == cache_blocks(480_189, 17_770, 1024, cores=2, l2=mf.L2_FALLBACK)
+    monkeypatch.setattr(mf, "L2_FALLBACK", 1 << 18)
+    assert cache_blocks(480_189, 17_770, 64, cores=2) == 32          # 4.6 MB of item rows in 256 KiB: the fallback counts
     monkeypatch.setattr(mf, "cache_sizes", lambda: {"L1d": 32 << 10, "L2": 1 << 19, "L3": 32 << 20})
     assert cache_blocks(480_189, 17_770, 64, cores=2) == 16          # the L2 reported counts (half of 1 MiB: twice the groups)
 
