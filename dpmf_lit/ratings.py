@@ -7,7 +7,7 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/ratings.html.md"""
 # %% ../nbs/00a_ratings.ipynb #80df1496
 from __future__ import annotations
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 import numpy as np
 from fastcore.basics import patch
@@ -16,7 +16,7 @@ from numba import njit
 from .checks import check_choice, check_float, show
 
 # %% auto #0
-__all__ = ['Ratings', 'ratings_sha256']
+__all__ = ['Ratings', 'ItemFeatures', 'ratings_sha256']
 
 # %% ../nbs/00a_ratings.ipynb #cf326ef9
 @dataclass(frozen=True, eq=False)
@@ -32,6 +32,7 @@ class Ratings:
     name: str = "ratings"                # shown in messages and reports
     user_ids: np.ndarray | None = None   # original id of each user code (None: the code itself)
     item_ids: np.ndarray | None = None   # original id of each item code (None: the code itself)
+    item_features: ItemFeatures | None = None  # public facts about each item code (None: none known)
 
     def __len__(self): return len(self.rating)
 
@@ -42,7 +43,15 @@ class Ratings:
     def take(self, idx, name: str | None = None) -> "Ratings":
         "The ratings at `idx` (indices or boolean mask), same matrix size and id maps."
         return Ratings(self.user[idx], self.item[idx], self.rating[idx], self.n_users, self.n_items,
-                       self.rating_min, self.rating_max, name or self.name, self.user_ids, self.item_ids)
+                       self.rating_min, self.rating_max, name or self.name, self.user_ids, self.item_ids, self.item_features)
+
+    def with_features(self, features: ItemFeatures | None) -> "Ratings":
+        "The same ratings with `features` (one row per item code) attached, checked against n_items."
+        if features is not None and not isinstance(features, ItemFeatures):
+            raise ValueError(f"features must be an ItemFeatures object or None, got {type(features).__name__}")
+        if features is not None and features.n_items != self.n_items:
+            raise ValueError(f"ratings {self.name!r}: item features have {features.n_items:,} rows for {self.n_items:,} items")
+        return replace(self, item_features=features)
 
     def original_ids(self) -> tuple[np.ndarray, np.ndarray]:
         "The (user, item) ids of each rating as they appear in the source."
@@ -58,6 +67,34 @@ class Ratings:
     def validate(self) -> "Ratings":
         "Check shapes, dtypes, codes, NaN, range and duplicate pairs; return self or raise ValueError."
         return _validate(self)
+
+# %% ../nbs/00a_ratings.ipynb #b2f1c1df
+@dataclass(frozen=True, eq=False)
+class ItemFeatures:
+    "Public facts about the items, one row per item code; declared public: nothing in them is computed from ratings."
+    X: np.ndarray                  # float32 (n_items, p): row j describes item code j (zeros where the item has no row)
+    names: tuple                   # the p column names, e.g. 'genre:Comedy', 'decade:1990s'
+    known: np.ndarray              # bool (n_items,): True where the source had a row for the item
+    source: str = "public"         # where they come from (a file, a generator), shown in reports
+
+    def __post_init__(self):
+        X = np.asarray(self.X)
+        if X.ndim != 2 or X.dtype != np.float32: raise ValueError(f"item features: X must be 2-d float32, got shape {X.shape} dtype {X.dtype}")
+        if len(self.names) != X.shape[1]: raise ValueError(f"item features: {len(self.names)} names for {X.shape[1]} columns")
+        if np.shape(self.known) != (X.shape[0],): raise ValueError(f"item features: known has shape {np.shape(self.known)}, not ({X.shape[0]},)")
+        if not np.isfinite(X).all(): raise ValueError(f"item features from {self.source}: X has a NaN or infinite entry")
+
+    @property
+    def n_items(self) -> int: return self.X.shape[0]
+
+    def __repr__(self):
+        return f"ItemFeatures({self.source!r}: {self.X.shape[1]} columns for {self.n_items:,} items, {int(self.known.sum()):,} known)"
+
+    def take_items(self, codes) -> "ItemFeatures":
+        "The rows of item codes `codes`, in that order (for a re-coding of the items)."
+        codes = np.asarray(codes)
+        return ItemFeatures(self.X[codes], tuple(self.names), self.known[codes], self.source)
+
 
 # %% ../nbs/00a_ratings.ipynb #f5df4ef2
 @patch(cls_method=True)
@@ -156,6 +193,9 @@ def _validate(r: Ratings) -> Ratings:
         if lo < 0 or hi >= size: raise ValueError(f"{where}: {nm} codes span [{lo}, {hi}], outside [0, n_{nm}s={size})")
     for ids, nm, size in ((r.user_ids, "user_ids", r.n_users), (r.item_ids, "item_ids", r.n_items)):
         if ids is not None and len(ids) != size: raise ValueError(f"{where}: len({nm})={len(ids)} != {size}")
+    f = r.item_features
+    if f is not None and (not isinstance(f, ItemFeatures) or f.n_items != r.n_items):
+        raise ValueError(f"{where}: item_features must be an ItemFeatures object with {r.n_items:,} rows, got {f!r}")
     label = lambda k: _label(r, k)
     _check_values(r.rating, r.rating_min, r.rating_max, where, label)
     dup, count, a, b = _find_duplicates(r.user, r.item, r.n_users, r.n_items)

@@ -30,8 +30,9 @@ def reindex(r: Ratings,                 # the ratings to compact
     imap = np.full(r.n_items, -1, np.int32); imap[ikeep] = np.arange(len(ikeep), dtype=np.int32)
     uids = ukeep.astype(np.int64) if r.user_ids is None else r.user_ids[ukeep]
     iids = ikeep.astype(np.int64) if r.item_ids is None else r.item_ids[ikeep]
+    feats = None if r.item_features is None else r.item_features.take_items(ikeep)
     return Ratings(umap[r.user], imap[r.item], r.rating, len(ukeep), len(ikeep), r.rating_min, r.rating_max,
-                   name or r.name, uids, iids)
+                   name or r.name, uids, iids, feats)
 
 def _nonempty(r: Ratings, what: str) -> Ratings:
     if len(r) == 0: raise ValueError(f"{what} leaves no ratings")
