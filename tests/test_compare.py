@@ -6,8 +6,8 @@ import json, math, re, subprocess, sys
 import numpy as np
 import pytest
 
-from dpmf_lit.compare import (CONTENDERS, INDEX_HEADING, Contender, _grid, answer, compare_epsilons, comparison_record,
-                              comparison_table, index_block, run_contender, three_way_split)
+from dpmf_lit.compare import (CONTENDERS, INDEX_HEADING, RELEASE_NOTHING, Contender, _grid, answer, compare_epsilons, comparison_record,
+                              comparison_table, index_block, margin_interval, run_contender, three_way_split)
 from dpmf_lit.data import synthetic
 from dpmf_lit.mf import evaluate
 
@@ -42,12 +42,39 @@ def test_record_table_and_answer_read_the_same_rows(data):
     assert "hua" in rec["by_unit"]["rating"] and "hua" not in rec["by_unit"]["user"]
     table = comparison_table(rec, "rating", (0.5, 5.0))
     assert f"{r['test_rmse'][1]:.3f} ± {r['test_sd'][1]:.3f}" in table and "user-mean (releases nothing)" in table
-    nothing = rec["baselines"]["user-mean"]
+    nothing = rec["floor"]["test_rmse"]
+    assert rec["floor"]["label"] == min(rec["floor"]["valid_rmse"], key=rec["floor"]["valid_rmse"].get)   # chosen on validation
     for unit, wins in rec["beats_nothing_from"].items():
         for label, eps in wins.items():
             rows = rec["by_unit"][unit][label]
             assert eps == (min((e for e, v in zip(rows["epsilons"], rows["test_rmse"]) if v < nothing), default=None))
     assert "releasing nothing" in answer(rec, (0.5, 5.0))
+
+
+def test_margin_interval_is_paired_and_catches_a_real_difference():
+    rng = np.random.default_rng(0)
+    user = rng.integers(0, 200, 4000)
+    floor = rng.exponential(1.0, 4000)
+    m, lo, hi = margin_interval([floor, floor], floor, user, 200)
+    assert max(abs(m), abs(lo), abs(hi)) < 1e-12                  # the same errors: no margin, and no width (paired)
+    better = [floor * 0.95, floor * 0.96]                         # 4-5 % lower squared error for every user
+    m, lo, hi = margin_interval(better, floor, user, 200)
+    assert 0 < lo < m < hi
+    noisy = [floor * rng.uniform(0.5, 1.5, 4000) for _ in range(3)]   # no systematic difference
+    m, lo, hi = margin_interval(noisy, floor, user, 200)
+    assert lo < 0 < hi
+
+
+def test_the_floor_is_the_release_nothing_baseline_best_on_validation(data):
+    df = compare_epsilons(data, (1.0,), (0, 1), contenders=tuple(c for c in CONTENDERS if c.label == "dp-bias + features"), progress=False)
+    rec = comparison_record(df)
+    valid = rec["floor"]["valid_rmse"]
+    assert set(valid) == set(RELEASE_NOTHING) and rec["floor"]["label"] == min(valid, key=valid.get)
+    assert rec["floor"]["test_rmse"] == rec["baselines"][rec["floor"]["label"]]
+    r = rec["by_unit"]["user"]["dp-bias + features"]
+    assert math.isclose(r["margin"][0], rec["floor"]["test_rmse"] - r["test_rmse"][0], abs_tol=2e-4)
+    assert r["margin_lo"][0] <= r["margin"][0] <= r["margin_hi"][0]
+    assert "the floor, best on validation" in comparison_table(rec, "user", (1.0,))
 
 
 def test_readme_first_section_is_generated_from_the_committed_record():

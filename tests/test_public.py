@@ -1,0 +1,112 @@
+"""Public item features (nbs/13_public_features.ipynb): the release-nothing floor `user-features`, `dp-bias-features`
+(dp-bias's offsets on the device, with an optional private prior), and DPALS with collective MF: reports, calibration,
+sensitivities measured through the package's own code, bad input, and the command line."""
+import json, math, subprocess, sys
+
+import numpy as np
+import pytest
+
+from dpmf_lit.baselines import bias_sensitivity, release_item_totals
+from dpmf_lit.data import synthetic
+from dpmf_lit.mechanism import get_mechanism
+from dpmf_lit.mf import evaluate
+from dpmf_lit.privacy import gaussian_epsilon, gaussian_sigma_analytic
+from dpmf_lit.public import DPBiasFeatures, UserFeatures, local_ridge, public_features, release_prior, split_multipliers
+from dpmf_lit.ratings import ItemFeatures, Ratings
+
+
+@pytest.fixture(scope="module")
+def data():
+    r = synthetic(400, 150, 12000, seed=3)
+    if r.item_features is None:       # features drawn independently of the ratings, so the test does not depend on the generator
+        rng = np.random.default_rng(0)
+        r = r.with_features(ItemFeatures((rng.random((r.n_items, 6)) < 0.3).astype(np.float32), tuple(f"f{k}" for k in range(6)),
+                                         np.ones(r.n_items, bool), "test"))
+    return r
+
+
+def test_user_features_releases_nothing_and_beats_an_intercept_only_fit(data):
+    m = UserFeatures().fit(data)
+    assert (m.privacy.epsilon, m.privacy.delta, m.privacy.released, m.privacy.coverage) == (0.0, 0.0, (), "end-to-end")
+    none = UserFeatures().fit(data.with_features(None))              # no features: the intercept alone
+    assert none.V.shape[1] == 0 and m.V.shape[1] == data.item_features.X.shape[1]
+
+
+def test_local_ridge_matches_numpy_for_every_user(data):
+    X = public_features(data)
+    W, a = local_ridge(data, X, np.zeros(data.n_items), 3.0, 4.0, 0.5)
+    for u in (0, 17, 399):
+        mine = data.user == u
+        Z = np.c_[np.ones(mine.sum()), X[data.item[mine]]]
+        P = np.diag(np.r_[0.5, np.full(X.shape[1], 4.0)])
+        ref = np.linalg.solve(Z.T @ Z + P, Z.T @ (data.rating[mine] - 3.0))
+        np.testing.assert_allclose(np.r_[a[u], W[u]], ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("share", [0.0, 0.1, 0.5])
+def test_dp_bias_features_is_calibrated_to_the_target(share):
+    z1, z2 = split_multipliers(1.0, 1e-5, share)
+    mu = math.sqrt(z1 ** -2 + (0 if math.isinf(z2) else z2 ** -2))
+    assert math.isclose(gaussian_epsilon(1 / mu, 1e-5), 1.0, rel_tol=1e-6)
+    assert math.isclose(1 / mu, gaussian_sigma_analytic(1.0, 1e-5), rel_tol=1e-9)
+
+
+def _replace_user(data, u, rng):
+    mine = data.user == u
+    items = rng.choice(data.n_items, mine.sum(), replace=False).astype(np.int32)
+    item, rating = data.item.copy(), data.rating.copy()          # in place: every other rating keeps its position (and its trimming key)
+    item[mine], rating[mine] = items, rng.choice([1.0, 5.0], mine.sum()).astype(np.float32)
+    return Ratings(data.user, item, rating, data.n_users, data.n_items, data.rating_min, data.rating_max, item_features=data.item_features)
+
+
+def test_sensitivities_measured_through_the_package_code_never_exceed_the_bounds(data):
+    rng = np.random.default_rng(5)
+    tau = 10
+    def totals(d):
+        S, C, _ = release_item_totals(d, 3.0, tau, 0.0, np.random.default_rng(0), np.random.default_rng(1))
+        return np.r_[S / 2.0, C]
+    def prior_sum(d, B=0.5):
+        W0, a0 = local_ridge(d, public_features(d), np.zeros(d.n_items), 3.0, 10.0, 0.5)
+        return d.n_users * release_prior(np.c_[a0, W0], B, 0.0, np.random.default_rng(0))
+    base_t, base_p, seen_t, seen_p = totals(data), prior_sum(data), 0.0, 0.0
+    for u in rng.choice(data.n_users, 25, replace=False):
+        other = _replace_user(data, u, rng)
+        seen_t = max(seen_t, np.linalg.norm(totals(other) - base_t))
+        seen_p = max(seen_p, np.linalg.norm(prior_sum(other) - base_p))
+    assert seen_t <= bias_sensitivity(tau) + 1e-9 and seen_p <= 2 * 0.5 + 1e-6
+    assert seen_t > 0.5 * bias_sensitivity(tau) and seen_p > 0.5    # the pairs move the releases: the check is not vacuous
+
+
+def test_dp_bias_features_report_bad_input_and_determinism(data):
+    m = DPBiasFeatures(epsilon=2.0, prior_share=0.2, seed=1).fit(data)
+    assert m.privacy.epsilon == 2.0 and m.privacy.coverage == "end-to-end" and set(m.privacy.released) == {"item_bias", "prior"}
+    assert "2 Gaussian releases" in m.privacy.method
+    assert DPBiasFeatures(seed=1).fit(data).privacy.released == ("item_bias",)
+    again = DPBiasFeatures(epsilon=2.0, prior_share=0.2, seed=1).fit(data)
+    assert np.array_equal(m.U, again.U) and np.array_equal(m.item_bias, again.item_bias)
+    for bad, msg in ((dict(prior_share=1.0), "prior_share=1"), (dict(max_norm=0.0), "max_norm=0"), (dict(epsilon=-1.0), "epsilon=-1")):
+        with pytest.raises(ValueError, match=msg): DPBiasFeatures(**bad)
+
+
+def test_more_privacy_budget_never_hurts_much_and_features_help(data):
+    from dpmf_lit.compare import three_way_split
+    tr, va, te = three_way_split(data, 0)
+    floor = evaluate(UserFeatures().fit(tr), te)["rmse"]
+    loose = np.mean([evaluate(DPBiasFeatures(epsilon=1e6, seed=s).fit(tr), te)["rmse"] for s in range(2)])
+    assert loose < floor       # with (almost) no noise the released offsets add what the bias model knows
+
+
+def test_dpals_with_public_features_keeps_its_report_and_default(data):
+    D = get_mechanism("dpals")
+    plain, cmf = D(seed=0, d=2).fit(data), D(seed=0, d=2, feature_weight=100.0, local_features=True).fit(data)
+    assert plain.privacy.epsilon == cmf.privacy.epsilon == 1.0 and cmf.privacy.method == plain.privacy.method
+    assert cmf.V.shape[1] == 2 + data.item_features.X.shape[1] and plain.V.shape[1] == 2
+    np.testing.assert_array_equal(cmf.V[:, 2:], data.item_features.X)   # the public part of V is the features themselves
+
+
+def test_command_line_user_features_prints_a_zero_report():
+    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli", "fit", "user-features", "--dataset", "ml-100k", "--json"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout)
+    assert out["privacy"]["epsilon"] == 0 and out["privacy"]["delta"] == 0 and out["rmse"] < 1.0
