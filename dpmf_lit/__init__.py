@@ -9,8 +9,8 @@ Modules:
 - `dpmf_lit.cli`: `dpmf`: fetch and list data, fit a mechanism, benchmark the kernels, reproduce every figure.
 - `dpmf_lit.cli_commands`: `dpmf compare` and `dpmf audit`: run the comparison's batch entry or an empirical privacy audit and print the result
 - `dpmf_lit.compare`: Which mechanism at which ε, and does it beat releasing nothing? Every mechanism of this repository on one split, tuned on validation, at equal ε for a stated unit, beside the baselines that release nothing or little
-- `dpmf_lit.data`: The ratings data model, loaders of the published formats, data sets by name (fetched and verified), subsets, splits and a synthetic generator, in one namespace.
-- `dpmf_lit.datasets`: Data sets by name: where `settings.ini` says each one lives, fetching MovieLens 100K (GroupLens or the RecBole wheel on PyPI), verifying count and checksum, and loading.
+- `dpmf_lit.data`: The ratings data model, loaders of the published formats, data sets by name (fetched and verified), public item features, subsets, splits and a synthetic generator, in one namespace.
+- `dpmf_lit.datasets`: Data sets by name: where `settings.ini` says each one lives, fetching MovieLens 100K (GroupLens or the RecBole wheel on PyPI), verifying count and checksum, and loading, with the public item features each one ships.
 - `dpmf_lit.dpals`: Chien et al. (2021): each user solves their own profile on their device; the items solve from Gaussian-noised sufficient statistics; user-level joint differential privacy, composed over the rounds
 - `dpmf_lit.experiment`: What an experiment notebook calls — `load_ratings`, `experiment_dir`, `save_figure`, `record` — and the small parsers of parameters and data-set names it shares with the command line.
 - `dpmf_lit.fixed_point`: Encoding reals as residues mod $P$ so that masked sums decode exactly: the arithmetic of Hua et al.'s (2015) masked aggregation.
@@ -19,6 +19,7 @@ Modules:
 - `dpmf_lit.hua`: Plain MF for U, then a perturbed least-squares problem for V with U fixed: the closed form, the paper's gradient descent, the privacy proof worked twice, and where it holds.
 - `dpmf_lit.hua_attacks`: Hua et al.'s protocol under test: the recommender receives only sums, the third party only uniform residues, and yet the recommender recovers each item's Gram matrix and, when users come and go, every rater's $r_{ij}u_i$.
 - `dpmf_lit.hua_protocol`: Users hold their own ratings and profiles; a third party sums masked gradients in Z_P; the recommender only ever sees noisy aggregates. A simulation with separate actors, exact fixed-point arithmetic, message and byte counts, and our verdict on each claim.
+- `dpmf_lit.item_features`: Public facts that each data set ships about its items (genres, release year, type): strict readers of the published files, their encoding as indicator columns, and their alignment with the item codes of `Ratings`.
 - `dpmf_lit.kernels`: The numba kernels that minimise the PMF objective of `dpmf_lit.mf`: serial and block-parallel SGD with software prefetch, full-batch gradient descent, alternating least squares and prediction, each under its formula and checked against a plain numpy reference.
 - `dpmf_lit.machine`: What the machine can do, measured in the process that runs the engines: caches, memory bandwidth, random row access, the compute ceiling of its cores, and its load.
 - `dpmf_lit.mechanism`: What every mechanism implements: parameters declared once in its signature, a `fit` that does the shared work (checks, seeding, a memory estimate, timing, finite factors, the parameters that actually ran) around the mechanism's own `_fit`, a privacy report that always states its scope, and a registry that finds mechanisms without a hand-kept list.
@@ -27,6 +28,7 @@ Modules:
 - `dpmf_lit.pdp`: Probabilistic matrix factorization with objective perturbation (DP-PMF) and with personalized differential privacy by sampling (PDP-PMF): the mechanisms, the proofs checked, and where they hold.
 - `dpmf_lit.privacy`: Noise samplers, the Laplace, Gaussian and analytic-Gaussian mechanisms, L2-Laplace noise, Rényi-DP and PLD accounting, and a small accountant that writes the privacy report.
 - `dpmf_lit.provenance`: Which code made each figure: the manifest of experiments, the records of their runs, the stamps that say whether a committed figure is still the one the code makes, and the refusal to publish a record made from uncommitted code.
+- `dpmf_lit.public`: What each user can do on their own device with the public facts a data set ships about its items, and the private releases that beat it: `user-features`, `dp-bias-features`, and DPALS with collective matrix factorization (Curmei et al. 2023)
 - `dpmf_lit.ratings`: The one data model: aligned (user, item, rating) arrays with the matrix size, the rating range and the original ids; its checks and a canonical checksum.
 - `dpmf_lit.reference_engines`: The two libraries the benchmark measures against, each timed as a whole fit and run in a child process that cannot stop the benchmark.
 - `dpmf_lit.reproduce`: One command regenerates every figure: a manifest of parameterized experiment notebooks, executed with papermill, atomically, skipping what is up to date, locally or on Dask.
@@ -37,7 +39,7 @@ Modules:
 - `dpmf_lit.site`: Process the notebooks for Quarto wherever the clone lives, check that every page, link and figure resolves, build an offline HTML preview with typeset math, and generate the README and the package's list of modules.
 - `dpmf_lit.splits`: Compact codes, count filters, the Netflix movie subsets, random subsamples, and the four ways to hold out ratings (random, k-fold, per user, public/private users), each seeded.
 - `dpmf_lit.stats`: The tests every paper's checks share: a sample against its law, independence, uniformity on Z_P, and exact binomial bounds for audits.
-- `dpmf_lit.synthetic`: A generator of rating data of any size that looks like real data: low rank plus noise, power-law item popularity, log-normal user activity, unique pairs; parallel, deterministic in the seed, and refused up front when it cannot fit in memory.
+- `dpmf_lit.synthetic`: A generator of rating data of any size that looks like real data: user and item biases, public genre-like item features, low rank plus noise, power-law item popularity correlated with the item bias, log-normal user activity, unique pairs; tuned to MovieLens 100K's statistics; parallel, deterministic in the seed, and refused up front when it cannot fit in memory.
 - `dpmf_lit.testing`: Small problems and plain-numpy references of the kernels, shared by the tests and the notebooks so that no reference is typed twice.
 - `dpmf_lit.vocabulary`: Every parameter name a mechanism may declare, with its one meaning; the table of every mechanism's parameters, and each paper's symbols against them.
 - `dpmf_lit.xin`: Public users train a trace-norm model in its Σ-form; private users predict locally with Eq. 4; private users who contribute release 2nd-order information with 1st-order (element-wise) deniability: PMD and PMC. Element-wise deniability is **not** differential privacy."""

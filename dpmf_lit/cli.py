@@ -10,6 +10,7 @@ import argparse, contextlib, inspect, json, shutil, sys, textwrap, traceback
 from pathlib import Path
 from .checks import UserError, check_fraction
 from .formats import FORMATS
+from .item_features import ITEM_FORMATS
 from .ratings import _ON_DUPLICATE
 from .settings import PROFILES, load_settings
 from .experiment import known_datasets, load_ratings, parse_assignments, parse_dataset_spec, to_jsonable
@@ -72,10 +73,10 @@ def _dataset_rows(settings) -> list[dict]:
         src = settings.dataset(r.name)
         rows.append({"name": r.name, "n_ratings": src.n_ratings, "format": r.format, "auto_fetch": r.auto, "cached": r.present,
                      "sha256": src.sha256 or None, "path": str(r.path), "source": src.urls[0] if src.urls else None,
-                     "license": r.license})
+                     "license": r.license, "item_features": r.item_features})
     rows.append({"name": "synthetic", "n_ratings": None, "format": "generated", "auto_fetch": True, "cached": True, "sha256": None,
                  "path": None, "source": "dpmf_lit.data.synthetic (dataset 'synthetic:n_users=..,n_items=..,n_ratings=..')",
-                 "license": "-"})
+                 "license": "-", "item_features": None})
     return rows
 
 def _table(rows: list[list[str]], right=()) -> str:
@@ -88,11 +89,12 @@ def _table(rows: list[list[str]], right=()) -> str:
 def cmd_data_list(args) -> int:
     rows = _dataset_rows(_settings(args))
     if args.json: print(json.dumps(rows, indent=1)); return 0
-    cells = [["name", "ratings", "format", "cached", "fetch", "checksum", "source"]]
+    cells = [["name", "ratings", "format", "cached", "fetch", "checksum", "items", "source"]]
     for r in rows:
         checksum = "sha256" if r["sha256"] else ("-" if r["name"] == "synthetic" else "none")
         cells.append([r["name"], f"{r['n_ratings']:,}" if r["n_ratings"] else "any", r["format"], "yes" if r["cached"] else "no",
-                      "auto" if r["auto_fetch"] else "manual", checksum, str(r["source"])])
+                      "auto" if r["auto_fetch"] else "manual", checksum,
+                      {True: "yes", False: "no", None: "-"}[r["item_features"]], str(r["source"])])
     print(_table(cells, right=(1,)))
     return 0
 
@@ -109,7 +111,9 @@ def cmd_data_fetch(args) -> int:
     src = settings.dataset(args.name)  # a clear error for an unknown name
     path = data.fetch_dataset(args.name, settings=settings, force=args.force, verbose=True)
     ratings = data.load_dataset(args.name, settings=settings, fetch=False)
-    print(f"{args.name}: {len(ratings):,} ratings, {ratings.n_users:,} users, {ratings.n_items:,} items, {_verified(src)}, in {path}")
+    f = ratings.item_features
+    print(f"{args.name}: {len(ratings):,} ratings, {ratings.n_users:,} users, {ratings.n_items:,} items, {_verified(src)}, in {path}"
+          + (f"; public item features: {len(f.names)} columns, {int(f.known.sum()):,} items known, in {f.source}" if f is not None else ""))
     return 0
 
 # %% ../nbs/93_cli.ipynb #875d0d70
@@ -184,7 +188,8 @@ def numba_compile_seconds():
 
 # %% ../nbs/93_cli.ipynb #9fc5d7b5
 def fit_report(mechanism: str, dataset: str, params: dict | None = None, test_fraction: float = 0.2, seed: int = 0,
-               settings=None, progress: bool = False, format: str | None = None, on_duplicate: str | None = None) -> dict:
+               settings=None, progress: bool = False, format: str | None = None, on_duplicate: str | None = None,
+               item_features: str | None = None, item_format: str | None = None) -> dict:
     "Fit `mechanism` on a random split of `dataset` (a settings.ini name, a ratings file or `synthetic:...`); the dict `dpmf fit --json` prints."
     from dpmf_lit import data, mf
     from dpmf_lit.mechanism import get_mechanism
@@ -194,14 +199,18 @@ def fit_report(mechanism: str, dataset: str, params: dict | None = None, test_fr
     settings = settings or load_settings()
     kind = _dataset_kind(dataset, settings, format, options)
     model = cls(**params)                      # names an unknown parameter or a bad value, before any data is loaded
+    if item_format is not None and item_features is None: raise ValueError("--item-format is the format of the --item-features file")
+    items = None if item_features is None else data.read_items(item_features, item_format)   # a bad file stops here
     if kind == "file": ratings = data.load_file(dataset.strip(), format, **options)
-    elif kind == "settings": ratings = data.load_dataset(dataset.strip(), settings=settings, **options)
+    elif kind == "settings": ratings = data.load_dataset(dataset.strip(), settings=settings, item_features=items is None, **options)
     else: ratings = load_ratings(dataset, settings=settings)
+    if items is not None: ratings = data.attach_item_features(ratings, items)
     train, test = data.random_split(ratings, test_fraction=test_fraction, seed=seed)
     with numba_compile_seconds() as compiling: fitted = model.fit(train, progress=progress)
     metrics = mf.evaluate(fitted, test)
     return to_jsonable({"mechanism": mechanism, "dataset": ratings.name, "parameters": fitted.params, "test_fraction": test_fraction,
                         "seed": seed, "n_train": len(train), "n_test": len(test), **metrics,
+                        "item_features": None if ratings.item_features is None else ratings.item_features.source,
                         "rmse": float(metrics["rmse"]), "mae": float(metrics["mae"]), "fit_seconds": float(fitted.fit_seconds),
                         "compile_seconds": float(compiling()), "privacy": fitted.privacy.to_dict()})
 
@@ -246,7 +255,8 @@ def fit_summary(rep: dict, width: int | None = None) -> str:
 def cmd_fit(args) -> int:
     params = parse_assignments(args.set or [])
     rep = fit_report(args.mechanism, args.dataset, params, args.test_fraction, args.seed, settings=_settings(args),
-                     progress=sys.stderr.isatty(), format=args.format, on_duplicate=args.on_duplicate)
+                     progress=sys.stderr.isatty(), format=args.format, on_duplicate=args.on_duplicate,
+                     item_features=args.item_features, item_format=args.item_format)
     print(json.dumps(rep) if args.json else fit_summary(rep))
     return 0
 
@@ -349,6 +359,7 @@ def _fit_parser(sub, common, fmt):
                                      "and their parameters are listed at the end.",
                          epilog="examples:\n  dpmf fit pmf --dataset ml-100k --json\n  dpmf fit pmf --help\n"
                                 "  dpmf fit pmf --dataset path/to/ratings.csv --on-duplicate last\n"
+                                "  dpmf fit pmf --dataset ml-100k --item-features path/to/items.csv\n"
                                 "  dpmf fit pmf --dataset ml-100k --set d=32 --set epochs=40 --set solver=als\n"
                                 "  dpmf fit pmf --dataset synthetic:n_users=2000,n_items=1000,n_ratings=100000")
     fit.add_argument("-h", "--help", action=_FitHelp, help="show this help (after MECHANISM: that mechanism's parameters alone)")
@@ -360,6 +371,10 @@ def _fit_parser(sub, common, fmt):
                      help=f"the format of a ratings file (default: from its extension and header line): {', '.join(FORMATS)}")
     fit.add_argument("--on-duplicate", choices=_ON_DUPLICATE, default=None,
                      help="a repeated (user, item) pair in the data: error (default), or keep the first or the last rating")
+    fit.add_argument("--item-features", metavar="PATH", default=None,
+                     help="attach the public item features of this file (for a data set: instead of its own)")
+    fit.add_argument("--item-format", choices=ITEM_FORMATS, default=None, metavar="FORMAT",
+                     help=f"the format of the --item-features file (default: from its first line): {', '.join(ITEM_FORMATS)}")
     fit.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                      help="a mechanism parameter (repeatable); values are typed: true/false, none, ints, floats, strings")
     fit.add_argument("--test-fraction", type=float, default=0.2, metavar="F", help="fraction of ratings held out (default: 0.2)")

@@ -7,7 +7,7 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/compare.html.md"""
 # %% ../nbs/11_compare.ipynb #e688e13a
 from __future__ import annotations
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
@@ -17,10 +17,10 @@ from .mechanism import get_mechanism
 from .mf import evaluate
 
 # %% auto #0
-__all__ = ['CONTENDERS', 'BASELINES', 'NO_GUARANTEE', 'USER_CONTENDERS', 'UNITS', 'PAPER_ROWS', 'INDEX_HEADING',
-           'three_way_split', 'Contender', 'run_contender', 'compare_epsilons', 'compare_users', 'panel',
-           'beats_nothing_from', 'comparison_record', 'comparison_table', 'answer', 'paper_verdicts', 'index_block',
-           'sync_index', 'figure_epsilon', 'figure_users']
+__all__ = ['CONTENDERS', 'RELEASE_NOTHING', 'BASELINES', 'NO_GUARANTEE', 'USER_CONTENDERS', 'UNITS', 'PAPER_ROWS',
+           'INDEX_HEADING', 'three_way_split', 'Contender', 'run_contender', 'margin_interval', 'floor_row',
+           'compare_epsilons', 'compare_users', 'panel', 'beats_nothing_from', 'comparison_record', 'comparison_table',
+           'answer', 'ablation_table', 'paper_verdicts', 'index_block', 'sync_index', 'figure_epsilon', 'figure_users']
 
 # %% ../nbs/11_compare.ipynb #a8937126
 def three_way_split(ratings: Ratings, seed: int = 0) -> tuple[Ratings, Ratings, Ratings]:
@@ -62,54 +62,100 @@ CONTENDERS = (
     Contender("dp-pmf (paper's λ_v)", "dp-pmf", "rating", {}),
     Contender("dp-pmf (λ_v tuned)", "dp-pmf", "rating", {}, _grid(reg_v=(1.0, 10.0, 100.0))),
     Contender("gauss (both)", "gauss", "rating", {"variant": "both"}, _grid(epochs=(30, 100, 300))),
+    # with the public item features (13_public_features): (a), (b) Curmei et al. 2023, and ours
+    Contender("dp-bias + features", "dp-bias-features", "user", {}, _grid(max_ratings=(50, 100), reg=(5.0, 20.0))),
+    Contender("dp-bias + features + prior (ours)", "dp-bias-features", "user", {}, _grid(max_ratings=(50, 100), prior_share=(0.1, 0.3))),
+    Contender("dpals + CMF (Curmei et al.)", "dpals", "user", {"d": 5, "max_norm": 0.3},
+              _grid(reg=(100.0, 1000.0), count_share=(0.3, 0.8), feature_weight=(100.0, 1000.0))),
+    Contender("dpals + CMF + local features (ours)", "dpals", "user", {"d": 2, "local_features": True, "reg_local": 10.0},
+              _grid(reg=(100.0, 1000.0), count_share=(0.3, 0.8), feature_weight=(0.0, 1000.0))),
 )
-BASELINES = (Contender("user-mean", "user-mean", "none"), Contender("global-mean", "global-mean", "none"),
-             Contender("bias", "bias", "none"), Contender("pmf", "pmf", "none"))
+RELEASE_NOTHING = ("user-mean", "user-features")   # (0, 0) per user: the floor is the better of them on validation
+BASELINES = (Contender("user-mean", "user-mean", "none"), Contender("user-features", "user-features", "none", {}, _grid(reg=(3.0, 10.0, 30.0))),
+             Contender("global-mean", "global-mean", "none"), Contender("bias", "bias", "none"), Contender("pmf", "pmf", "none"))
 NO_GUARANTEE = (Contender("gauss (paper)", "gauss", "none"), Contender("pdp-pmf (removed)", "pdp-pmf", "none"),
                 Contender("xin (local)", "xin", "none"))
 
 # %% ../nbs/11_compare.ipynb #7b9f5094
+def _zero_private_factors(model):
+    "The same fitted DPALS model with its released V (the first d columns) set to zero: what the centring and the public part give alone."
+    V = model.V.copy(); V[:, :model.params["d"]] = 0
+    return replace(model, V=V)
+
 def run_contender(c: Contender, epsilon: float | None, train: Ratings, valid: Ratings, test: Ratings, seeds=(0, 1, 2)) -> dict:
-    "Tune `c` on `valid` at `epsilon` (seed 0), then {test RMSE mean, sd, seconds per fit, chosen params, report class} over `seeds`."
+    """Tune `c` on `valid` at `epsilon` (seed 0), then {test RMSE mean, sd, seconds per fit, chosen params, report class} over `seeds`,
+    each seed's squared test errors (`errors`, for the paired intervals) and, for DPALS, the test RMSE with V set to zero (`ablation`)."""
     score = lambda p: evaluate(c.build(epsilon, 0, **p).fit(train), valid)["rmse"]
-    valid_rmse = [score(p) for p in c.grid] if len(c.grid) > 1 else [float("nan")]
-    best = c.grid[int(np.nanargmin(valid_rmse))] if len(c.grid) > 1 else c.grid[0]
-    rmse, secs = [], []
+    tuned = len(c.grid) > 1 or c.label in RELEASE_NOTHING        # the floor is chosen on validation
+    valid_rmse = [score(p) for p in c.grid] if tuned else [float("nan")]
+    best = c.grid[int(np.nanargmin(valid_rmse))] if tuned else c.grid[0]
+    rmse, secs, errors, ablation = [], [], [], []
     for s in seeds:
         t0 = time.perf_counter()
         model = c.build(epsilon, s, **best).fit(train)
         secs.append(time.perf_counter() - t0); rmse.append(evaluate(model, test)["rmse"])
+        errors.append((test.rating - model.predict_codes(test.user, test.item)).astype(np.float64) ** 2)
+        if c.mechanism == "dpals": ablation.append(evaluate(_zero_private_factors(model), test)["rmse"])
     rep = model.privacy
     return dict(label=c.label, mechanism=c.mechanism, unit=c.unit, epsilon=epsilon, params=best, coverage=rep.coverage, condition=rep.condition,
                 reported_epsilon=rep.epsilon, test_rmse=float(np.mean(rmse)), test_sd=float(np.std(rmse, ddof=1)) if len(rmse) > 1 else 0.0,
-                valid_rmse=float(np.nanmin(valid_rmse)) if len(c.grid) > 1 else None, seconds=float(np.mean(secs)))
+                valid_rmse=float(np.nanmin(valid_rmse)) if tuned else None, seconds=float(np.mean(secs)), errors=errors,
+                ablation=float(np.mean(ablation)) if ablation else None)
 
 # %% ../nbs/11_compare.ipynb #a26cc655
+def margin_interval(sq_mech, sq_floor, user, n_users: int, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
+    """(margin, lo, hi): the floor's test RMSE minus the mechanism's (averaged over its noise seeds), and a `level` interval
+    from resampling test users with replacement (paired: the same users for both) and the mechanism's seeds."""
+    per_m = np.stack([np.bincount(user, e, n_users) for e in sq_mech])            # seeds × users
+    per_f, n = np.bincount(user, sq_floor, n_users), np.bincount(user, minlength=n_users).astype(np.float64)
+    keep = n > 0
+    per_m, per_f, n = per_m[:, keep], per_f[keep], n[keep]
+    margin = float(np.mean(np.sqrt(per_f.sum() / n.sum()) - np.sqrt(per_m.sum(1) / n.sum())))
+    rng = np.random.default_rng(seed)
+    W = rng.multinomial(len(n), np.full(len(n), 1.0 / len(n)), size=n_boot).astype(np.float64)   # boot × users
+    den = W @ n
+    boot = np.sqrt((W @ per_f) / den)[:, None] - np.sqrt((W @ per_m.T) / den[:, None])         # boot × seeds
+    boot = np.take_along_axis(boot, rng.integers(0, len(per_m), size=boot.shape), 1).mean(1)
+    lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+    return margin, float(lo), float(hi)
+
+def floor_row(df: pd.DataFrame) -> pd.Series:
+    "The release-nothing baseline of lowest validation RMSE: the floor every verdict is taken against."
+    nothing = df[df.label.isin(RELEASE_NOTHING) & df.epsilon.isna()]
+    return nothing.loc[nothing.valid_rmse.idxmin()]
+
 def compare_epsilons(ratings: Ratings, epsilons=(0.1, 1.0, 10.0), seeds=(0, 1, 2), split_seed: int = 0,
                      contenders=CONTENDERS, progress: bool = True) -> pd.DataFrame:
-    "One row per (contender, ε), then the baselines and the mechanisms with no guarantee (ε None), on one 80/10/10 split."
+    """One row per (contender, ε), then the baselines and the mechanisms with no guarantee (ε None), on one 80/10/10 split;
+    each row with an ε carries its margin over the floor with a paired 95 % interval (`margin`, `margin_lo`, `margin_hi`)."""
     train, valid, test = three_way_split(ratings, split_seed)
     jobs = [(c, e) for c in contenders for e in epsilons] + [(c, None) for c in BASELINES + NO_GUARANTEE]
     rows = [run_contender(c, e, train, valid, test, seeds if c.unit != "none" or c.mechanism == "pmf" else seeds[:1])
             for c, e in tqdm(jobs, desc="compare", disable=not progress)]
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    floor = floor_row(df)
+    ci = [margin_interval(r.errors, floor.errors[0], test.user, test.n_users) if r.epsilon == r.epsilon and r.epsilon is not None
+          else (None, None, None) for r in df.itertuples()]
+    df["margin"], df["margin_lo"], df["margin_hi"] = zip(*ci)
+    return df
 
 # %% ../nbs/11_compare.ipynb #29eeecc2
 USER_CONTENDERS = (
     Contender("dpals", "dpals", "user", {"d": 5, "max_norm": 0.3, "max_ratings": 50}, _grid(reg=(100.0, 1000.0), count_share=(0.3, 0.8))),
     Contender("dp-bias", "dp-bias", "user", {"max_ratings": 50}, _grid(reg=(5.0, 20.0))),
     Contender("sgld", "sgld", "user", {}),
+    Contender("dp-bias + features", "dp-bias-features", "user", {"max_ratings": 50}, _grid(reg=(5.0, 20.0))),
 )
 
 def compare_users(sizes=(1000, 4000, 16000), epsilon: float = 1.0, seeds=(0, 1, 2), ratings_per_user: int = 40,
                   n_items: int = 1000, rank: int = 5, contenders=USER_CONTENDERS, progress: bool = True) -> pd.DataFrame:
-    "One row per (users, contender) at `epsilon` per user, plus user-mean and non-private PMF, on synthetic data of each size."
+    "One row per (users, contender) at `epsilon` per user, plus the release-nothing baselines and non-private PMF, on synthetic data of each size."
     rows = []
     for n in tqdm(sizes, desc="users", disable=not progress):
         data = synthetic(check_int("size", n, 2), n_items, ratings_per_user * n, rank=rank, seed=0)
         train, valid, test = three_way_split(data, 0)
         for c in contenders: rows.append(dict(users=n, **run_contender(c, epsilon, train, valid, test, seeds)))
-        for c in BASELINES[:1] + BASELINES[3:]: rows.append(dict(users=n, **run_contender(c, None, train, valid, test, seeds[:1])))
+        for c in BASELINES[:2] + BASELINES[4:]: rows.append(dict(users=n, **run_contender(c, None, train, valid, test, seeds[:1])))
     return pd.DataFrame(rows)
 
 # %% ../nbs/11_compare.ipynb #aa0d4201
@@ -122,8 +168,8 @@ def panel(df: pd.DataFrame, unit: str) -> pd.DataFrame:
     return df[keep & df.epsilon.notna()]
 
 def beats_nothing_from(df: pd.DataFrame, unit: str) -> dict:
-    "{label: the smallest ε at which it beats user-mean's test RMSE, or None}."
-    nothing = float(df.loc[df.label.eq("user-mean"), "test_rmse"].iloc[0])
+    "{label: the smallest ε at which it beats the floor's test RMSE (the release-nothing baseline best on validation), or None}."
+    nothing = float(floor_row(df).test_rmse)
     out = {}
     for label, g in panel(df, unit).groupby("label", sort=False):
         wins = g[g.test_rmse < nothing].epsilon
@@ -131,23 +177,34 @@ def beats_nothing_from(df: pd.DataFrame, unit: str) -> dict:
     return out
 
 # %% ../nbs/11_compare.ipynb #fc882dcc
+def _r4(v): return None if v is None or v != v else round(float(v), 4)
+
 def comparison_record(df: pd.DataFrame, users: pd.DataFrame | None = None) -> dict:
     "The numbers of a comparison, as recorded in results.json (per unit, per contender: lists over ε)."
     rec = {"epsilons": sorted(df.epsilon.dropna().unique().tolist()), "by_unit": {}, "beats_nothing_from": {}}
     for unit in UNITS:
         rec["by_unit"][unit] = {label: {"epsilons": g.epsilon.tolist(), "test_rmse": g.test_rmse.round(4).tolist(),
                                         "test_sd": g.test_sd.round(4).tolist(), "seconds": g.seconds.round(3).tolist(),
-                                        "coverage": g.coverage.iloc[0], "condition": g.condition.iloc[0], "params": g.params.tolist()}
+                                        "coverage": g.coverage.iloc[0], "condition": g.condition.iloc[0], "params": g.params.tolist(),
+                                        "margin": [_r4(v) for v in g.margin], "margin_lo": [_r4(v) for v in g.margin_lo],
+                                        "margin_hi": [_r4(v) for v in g.margin_hi], "ablation": [_r4(v) for v in g.ablation]}
                                 for label, g in panel(df, unit).groupby("label", sort=False)}
         rec["beats_nothing_from"][unit] = beats_nothing_from(df, unit)
     rest = df[df.epsilon.isna()]
     rec["baselines"] = {r.label: round(r.test_rmse, 4) for r in rest.itertuples() if r.label in [b.label for b in BASELINES]}
     rec["no_guarantee"] = {r.label: round(r.test_rmse, 4) for r in rest.itertuples() if r.label in [b.label for b in NO_GUARANTEE]}
+    floor = floor_row(df)
+    rec["floor"] = {"label": floor.label, "test_rmse": round(float(floor.test_rmse), 4),
+                    "valid_rmse": {r.label: round(r.valid_rmse, 4) for r in rest.itertuples() if r.label in RELEASE_NOTHING}}
     if users is not None:
-        u = users.pivot_table(index="users", columns="label", values="test_rmse")
-        rec["users"] = {"sizes": u.index.tolist(), **{k: u[k].round(4).tolist() for k in u.columns}}
-        below = lambda k: [n for n in u.index if u.loc[n, k] < u.loc[n, "user-mean"]]
-        rec["users"]["beats_nothing_from"] = {k: (min(below(k)) if below(k) else None) for k in u.columns if k not in ("user-mean", "pmf")}
+        u = users.pivot_table(index="users", columns="label", values="test_rmse", sort=False)
+        floors = {n: floor_row(g).label for n, g in users.groupby("users")}
+        floor = pd.Series({n: u.loc[n, floors[n]] for n in u.index})
+        rec["users"] = {"sizes": u.index.tolist(), **{k: u[k].round(4).tolist() for k in u.columns},
+                        "floor": floor.round(4).tolist(), "floor_label": [floors[n] for n in u.index]}
+        below = lambda k: [n for n in u.index if u.loc[n, k] < floor[n]]
+        rec["users"]["beats_nothing_from"] = {k: (min(below(k)) if below(k) else None) for k in u.columns
+                                              if k not in RELEASE_NOTHING + ("pmf",)}
     return rec
 
 # %% ../nbs/11_compare.ipynb #4b5cf13d
@@ -162,8 +219,9 @@ def comparison_table(rec: dict, unit: str, epsilons=(0.1, 1.0, 10.0)) -> str:
             k = r["epsilons"].index(e)
             cells.append(f"{r['test_rmse'][k]:.3f} ± {r['test_sd'][k]:.3f} ({r['seconds'][k]:.2g} s)")
         lines.append(f"| {label} ({r['coverage']}) | " + " | ".join(cells) + " |")
-    for label, v in sorted(rec["baselines"].items(), key=lambda kv: kv[0] != "user-mean"):
-        what = "releases nothing" if label == "user-mean" else "non-private"
+    floor = rec["floor"]["label"]
+    for label, v in sorted(rec["baselines"].items(), key=lambda kv: (kv[0] != floor, kv[0] not in RELEASE_NOTHING)):
+        what = ("releases nothing" + ("; the floor, best on validation" if label == floor else "")) if label in RELEASE_NOTHING else "non-private"
         lines.append(f"| {label} ({what}) | " + " | ".join(f"{v:.3f}" for _ in eps) + " |")
     conditions = [f"* {label}: {r['condition']}" for label, r in rec["by_unit"][unit].items() if r["coverage"] == "conditional"]
     return "\n".join(lines + (["", "Conditional guarantees hold only:"] + conditions if conditions else []))
@@ -175,34 +233,53 @@ def _best(rec: dict, unit: str, eps: float, end_to_end: bool = True):
             if eps in r["epsilons"] and (r["coverage"] == "end-to-end" or not end_to_end)]
     return min(rows, key=lambda x: x[1])
 
+def _margin(rec: dict, unit: str, label: str, eps: float) -> str:
+    "'0.009 below releasing nothing (95 % interval 0.004 to 0.013: excludes zero)', read from the record."
+    r = rec["by_unit"][unit][label]
+    k = r["epsilons"].index(eps)
+    m, lo, hi = r["margin"][k], r["margin_lo"][k], r["margin_hi"][k]
+    verdict = "excludes zero" if lo > 0 or hi < 0 else "includes zero: not a demonstrated difference"
+    return f"{abs(m):.3f} {'below' if m > 0 else 'above'} releasing nothing (95 % interval of the margin {lo:+.3f} to {hi:+.3f}: {verdict})"
+
 def answer(rec: dict, epsilons=(0.1, 1.0, 10.0), meaningful: float = 1.0) -> str:
-    "The comparison's answer in words, read from the record: who wins where, and who never beats releasing nothing at ε ≤ `meaningful`."
-    nothing, out = rec["baselines"]["user-mean"], []
+    "The comparison's answer in words, read from the record: who wins where against the floor, and who never beats it at ε ≤ `meaningful`."
+    nothing, floor, out = rec["floor"]["test_rmse"], rec["floor"]["label"], []
+    out.append(f"Releasing nothing means the better of the on-device baselines on validation: {floor} ({nothing:.3f}).")
     for unit in UNITS:
         parts = []
         for e in (e for e in epsilons if e in rec["epsilons"]):
             label, v = _best(rec, unit, e)
-            parts.append(f"at ε = {e:g} {label} ({v:.3f}: {abs(nothing - v):.3f} {'below' if v < nothing else 'above'} releasing nothing)")
+            parts.append(f"at ε = {e:g} {label} ({v:.3f}: {_margin(rec, unit, label, e)})")
         out.append(f"Per {unit}, the best end-to-end mechanism is " + "; ".join(parts) + ".")
     never = sorted({label for unit in UNITS for label, e in rec["beats_nothing_from"][unit].items() if e is None or e > meaningful})
     out.append(f"Never below releasing nothing ({nothing:.3f}) at any ε ≤ {meaningful:g}: " + ", ".join(never) + ".")
     if "users" in rec:
         cross = {k: v for k, v in rec["users"]["beats_nothing_from"].items()}
-        out.append("On synthetic data at ε = 1 per user, releasing nothing is beaten from " + "; ".join(
+        out.append("On synthetic data (item effects and public features) at ε = 1 per user, releasing nothing is beaten from " + "; ".join(
             f"{k}: {'never (up to ' + format(max(rec['users']['sizes']), ',') + ' users)' if v is None else format(v, ',') + ' users'}"
             for k, v in cross.items()) + ".")
     return " ".join(out)
+
+def ablation_table(rec: dict, unit: str = "user", epsilons=(0.1, 1.0, 10.0)) -> str:
+    "What DPALS's released V adds: test RMSE of each DPALS row as fitted and with V set to zero (the centring and public part alone)."
+    eps = [e for e in epsilons if e in rec["epsilons"]]
+    lines = ["| mechanism | " + " | ".join(f"ε = {e:g}: as fitted / V = 0" for e in eps) + " |", "|---|" + "---|" * len(eps)]
+    for label, r in rec["by_unit"][unit].items():
+        if not any(a is not None for a in r["ablation"]): continue
+        cells = [f"{r['test_rmse'][r['epsilons'].index(e)]:.4f} / {r['ablation'][r['epsilons'].index(e)]:.4f}" for e in eps]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 # %% ../nbs/11_compare.ipynb #1d617297
 PAPER_ROWS = (   # (paper key, contender label or no-guarantee label, unit, ε at the paper's setting or None)
     ("hua", "hua", "rating", 1.0), ("pdp", "dp-pmf (paper's λ_v)", "rating", 0.1), ("pdp", "pdp-pmf (removed)", None, None),
     ("sgld", "sgld", "user", 1.0), ("gauss", "gauss (paper)", None, None), ("xin", "xin (local)", None, None),
-    ("dpals", "dpals", "user", 1.0))
+    ("dpals", "dpals", "user", 1.0), ("public", "dpals + CMF (Curmei et al.)", "user", 1.0))
 
 def paper_verdicts(rec: dict) -> str:
     "A markdown table: each paper's mechanism at its paper's setting against releasing nothing, read from the record."
-    nothing = rec["baselines"]["user-mean"]
+    nothing = rec["floor"]["test_rmse"]
     lines = ["| paper | mechanism | guarantee | test RMSE | releasing nothing | beats it? |", "|---|---|---|---|---|---|"]
     for key, label, unit, eps in PAPER_ROWS:
         if unit is None: v, what = rec["no_guarantee"][label], "none"
@@ -226,6 +303,8 @@ def index_block(rec: dict) -> str:
         "**Per rating** (one rating's value changed; per-user mechanisms at their per-user ε):", "", comparison_table(rec, "rating"), "",
         f"No guarantee (shown only here): " + ", ".join(f"{k} {v:.3f}" for k, v in rec["no_guarantee"].items()) + ".", "",
         "**The answer.** " + answer(rec), "",
+        "**What DPALS's released item factors add** (test RMSE as fitted, and with V set to zero, keeping its centring and "
+        "public part):", "", ablation_table(rec), "",
         "**Each paper's mechanism at its paper's setting, against releasing nothing** (the rows of the papers table below "
         "say what else was reproduced):", "", paper_verdicts(rec)])
 
@@ -266,10 +345,12 @@ def figure_epsilon(rec: dict):
             name = label + ("" if r["coverage"] == "end-to-end" else " [conditional]") + (f" (off scale, up to {max(r['test_rmse']):.2f})" if off else "")
             ax.errorbar(r["epsilons"], y, yerr=r["test_sd"], fmt=("-" if r["coverage"] == "end-to-end" else "--") + ("^" if off else "o"),
                         ms=4, capsize=2, color=f"C{k}", label=name)
-        for label, v in sorted(rec["baselines"].items(), key=lambda kv: kv[0] != "user-mean"):
-            nothing = label == "user-mean"
-            ax.axhline(v, color="k" if nothing else "grey", ls="-" if nothing else ":", lw=1.4 if nothing else 1,
-                       label=f"{label}: {'releases nothing' if nothing else 'non-private'} ({v:.3f})")
+        floor = rec["floor"]["label"]
+        for label, v in sorted(rec["baselines"].items(), key=lambda kv: (kv[0] != floor, kv[0] not in RELEASE_NOTHING)):
+            nothing = label in RELEASE_NOTHING
+            ax.axhline(v, color="k" if nothing else "grey", ls=("-" if label == floor else "-.") if nothing else ":",
+                       lw=1.6 if label == floor else 1, label=f"{label}: " + (("releases nothing" + (", the floor" if label == floor else ""))
+                                                                            if nothing else "non-private") + f" ({v:.3f})")
         ax.set_xscale("log"); ax.set_ylim(lo, hi); ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
         ax.set_xlabel(f"ε per {unit} (δ = 1e-5 where Gaussian)"); ax.set_title(f"guarantee per {unit}", fontsize=10)
@@ -281,11 +362,13 @@ def figure_users(rec: dict, epsilon: float = 1.0):
     import matplotlib.pyplot as plt
     u = rec["users"]
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for k, label in enumerate(x for x in u if x not in ("sizes", "beats_nothing_from")):
-        ls = {"user-mean": "-", "pmf": ":"}.get(label, "-o" if label != "sgld" else "--o")
-        name = {"user-mean": "user-mean (releases nothing)", "pmf": "pmf (non-private)", "sgld": "sgld [conditional]"}.get(label, label)
-        ax.plot(u["sizes"], u[label], ls, color="k" if label == "user-mean" else f"C{k}", label=name)
-    ax.set_xscale("log"); ax.set_xlabel("users (synthetic, rank 5, 1,000 items, 40 ratings a user)"); ax.set_ylabel("test RMSE")
+    for k, label in enumerate(x for x in u if x not in ("sizes", "beats_nothing_from", "floor", "floor_label")):
+        ls = {"user-mean": "-.", "user-features": "-", "pmf": ":"}.get(label, "-o" if label != "sgld" else "--o")
+        name = {"user-mean": "user-mean (releases nothing)", "user-features": "user-features (releases nothing)",
+                "pmf": "pmf (non-private)", "sgld": "sgld [conditional]"}.get(label, label)
+        ax.plot(u["sizes"], u[label], ls, color="k" if label in RELEASE_NOTHING else f"C{k}", label=name)
+    ax.set_xscale("log"); ax.set_xlabel("users (synthetic: rank 5, item effects, public features; 1,000 items, 40 ratings a user)", fontsize=8)
+    ax.set_ylabel("test RMSE")
     ax.set_title(f"ε = {epsilon:g} per user: from how many users does a private mechanism beat releasing nothing?", fontsize=9)
     ax.grid(alpha=0.3); ax.legend(fontsize=8)
     return fig

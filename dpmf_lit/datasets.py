@@ -1,4 +1,4 @@
-"""Data sets by name: where `settings.ini` says each one lives, fetching MovieLens 100K (GroupLens or the RecBole wheel on PyPI), verifying count and checksum, and loading.
+"""Data sets by name: where `settings.ini` says each one lives, fetching MovieLens 100K (GroupLens or the RecBole wheel on PyPI), verifying count and checksum, and loading, with the public item features each one ships.
 
 Docs: https://dpmf-lit.github.io/dpmf-lit/datasets.html.md"""
 
@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import NamedTuple
 import numpy as np
 import pandas as pd
-from .checks import UserError, atomic_write, check_bool, check_choice, check_positive
+from .checks import UserError, atomic_write, check_bool, check_choice, check_positive, show
 from .formats import (ANIME_FORMAT, FORMATS, ML_CSV_FORMAT, _FINISHERS, _READERS, _check_options, _read_raw,
                               _where_to_get)
+from .item_features import ItemTable, features_for, item_table_sha256, parse_items, read_items, write_items
 from .ratings import Ratings, _sha256_arrays
 from .settings import Settings, load_settings
 
@@ -93,6 +94,8 @@ def fetch_dataset(name: str,                       # a data set of settings.ini
                   ) -> Path:
     """Download data set `name` into data_dir/name/ from the URLs in settings.ini, tried in order; verify
     count and checksum; write atomically. Skips the download when a valid copy is present (unless `force`).
+    Its item file (settings.ini `item_urls`) is fetched the same way when missing or not verifying, even
+    when the ratings are present.
     Data sets that must be placed by hand raise FileNotFoundError saying where to get them; when every
     source fails, a `checks.UserError` lists why, and how to place the file by hand."""
     check_bool("force", force); check_bool("verbose", verbose); check_positive("timeout", timeout)
@@ -107,7 +110,8 @@ def fetch_dataset(name: str,                       # a data set of settings.ini
         raise FileNotFoundError(f"{name} cannot be downloaded automatically. {_where_to_get(name, s)}")
     if target.exists() and not force:
         if _file_is_valid(name, src, target, s):
-            say(f"{name}: {target} is present and verified"); return target
+            say(f"{name}: {target} is present and verified")
+            _fetch_items(name, s, src, force, timeout, say); return target
         say(f"{name}: {target} does not verify; fetching again")
     if src.format != "movielens-100k":
         raise ValueError(f"dataset {name!r}: automatic fetching is implemented for format 'movielens-100k', not {src.format!r}")
@@ -122,8 +126,51 @@ def fetch_dataset(name: str,                       # a data set of settings.ini
         if np.all(df.rating == np.round(df.rating)): df = df.astype({"rating": np.int64})
         atomic_write(target, lambda f: df.to_csv(f, sep="\t", header=False, index=False))
         say(f"{name}: wrote {len(df):,} verified ratings to {target}")
+        _fetch_items(name, s, src, force, timeout, say)
         return target
     raise UserError(f"could not fetch {name}; every source failed:\n" + "\n".join(errors) + "\n" + _by_hand(name, s, src))
+
+# %% ../nbs/00d_datasets.ipynb #22db1b01
+def _item_path(name: str, s: Settings, src) -> Path | None:
+    "Where data set `name`'s item file lives (None: settings.ini names none)."
+    return s.data_dir / name / src.item_files[0] if src.item_files else None
+
+def _verify_items(name: str, src, table: ItemTable):
+    "The checksum of a parsed item table against settings.ini's item_sha256; ValueError on mismatch."
+    if src.item_sha256 and (got := item_table_sha256(table)) != src.item_sha256:
+        raise ValueError(f"{name}: checksum of the parsed item table is {got}, settings.ini expects item_sha256={src.item_sha256}")
+
+def _items_by_hand(name: str, src, target: Path) -> str:
+    ways = [f"run `pip download --no-deps {u[5:].partition('#')[0]}` and take {u.partition('#')[2]} from the wheel (a zip)"
+            for u in src.item_urls if u.startswith("pypi:")] or [f"download {src.item_urls[0]}"]
+    return (f"To place it by hand: on a machine with network access, {'; or '.join(ways)}; copy it as it is to {target} and "
+            f"run `dpmf data fetch {name}` to verify it. Or load the ratings alone: load_dataset({name!r}, item_features=False).")
+
+def _fetch_items(name: str, s: Settings, src, force: bool = False, timeout: float = 5.0, say=lambda *a: None) -> Path | None:
+    """Download the item file of `name` from its `item_urls` when missing or not verifying (or `force`): each source
+    in turn, parsed and verified, written in RecBole's format. None when settings.ini lists none to fetch."""
+    target = _item_path(name, s, src)
+    if target is None or not src.item_urls: return None
+    if src.item_format not in (None, "recbole-items"):
+        raise ValueError(f"dataset {name!r}: fetched item files are written in format 'recbole-items', not item_format={src.item_format!r}")
+    if target.exists() and not force:
+        try:
+            _verify_items(name, src, read_items(target, src.item_format))
+            say(f"{name}: {target} is present and verified"); return target
+        except (ValueError, OSError): say(f"{name}: {target} does not verify; fetching again")
+    errors = []
+    for url in src.item_urls:
+        say(f"{name}: trying {url}")
+        try:
+            table = parse_items(_download(url, timeout), None, url)
+            _verify_items(name, src, table)
+        except Exception as e:
+            errors.append(f"  {url}: {type(e).__name__}: {e}"); say(errors[-1]); continue
+        write_items(table, target)
+        say(f"{name}: wrote the public features of {len(table):,} items to {target}")
+        return target
+    raise UserError(f"could not fetch the item features of {name}; every source failed:\n" + "\n".join(errors) + "\n"
+                    + _items_by_hand(name, src, target))
 
 # %% ../nbs/00d_datasets.ipynb #d5413beb
 def _loader_options(fmt: str, options: dict, what: str) -> dict:
@@ -142,19 +189,51 @@ def dataset_paths(name: str, settings: Settings | None = None) -> list[Path]:
         return [s.data_dir / name / "training_set"]
     return paths
 
+def _own_items(item_features, item_format) -> ItemTable | None:
+    "The table of the item file `item_features` names (None when it is True, False or None), read before any ratings."
+    if item_features is None or isinstance(item_features, bool):
+        if item_format is not None:
+            raise ValueError(f"item_format={item_format!r} is for an item features file given by its path (item_features=PATH)")
+        return None
+    if not isinstance(item_features, (str, os.PathLike)):
+        raise ValueError(f"item_features={show(item_features)} must be True, False or the path of an item features file")
+    return read_items(item_features, item_format)
+
+def _dataset_items(name: str, s: Settings, src, fetch: bool, verify: bool) -> ItemTable | None:
+    "The published item table of data set `name`, fetched first where it may be; None when there is no file."
+    path = _item_path(name, s, src)
+    if path is None: return None
+    if not path.exists() and fetch and src.auto and src.item_urls:
+        print(f"{name}: item features not found at {path}; downloading them from {' or '.join(src.item_urls)}", file=sys.stderr)
+        _fetch_items(name, s, src)
+    if not path.exists(): return None
+    table = read_items(path, src.item_format)
+    if verify: _verify_items(name, src, table)
+    return table
+
+def _with_items(ratings: Ratings, table: ItemTable | None) -> Ratings:
+    return ratings if table is None else ratings.with_features(features_for(ratings, table))
+
 def load_dataset(name: str,                        # a data set of settings.ini
                  settings: Settings | None = None, # where data go and where they come from (default: load_settings())
-                 fetch: bool = True,               # download a missing data set where settings.ini allows it
-                 verify: bool = True,              # check the parsed count and checksum against settings.ini
+                 fetch: bool = True,               # download a missing data set (and item file) where settings.ini allows it
+                 verify: bool = True,              # check the parsed count and checksums against settings.ini
+                 item_features=True,               # attach the data set's public item features (True), none (False), or a file's (its path)
+                 item_format: str | None = None,   # the format of that file (default: from its first line)
                  **options,                        # loader options, e.g. on_duplicate='first', keep_unrated=True
                  ) -> Ratings:
     """Load data set `name` from data_dir (see settings.ini), fetching it first when missing, allowed (`fetch`)
-    and possible (`auto = yes`). Checks the parsed count and checksum (`verify`). `options` go to the loader."""
+    and possible (`auto = yes`). Checks the parsed count and checksum (`verify`). `options` go to the loader.
+    With `item_features=True` the data set's item file (settings.ini `item_files`) is attached as
+    `Ratings.item_features` when present (fetched first when missing, if `fetch` and `item_urls` allow);
+    `item_features` stays None when the data set has no item file, or when its file is absent and cannot be
+    fetched (a hand-placed data set, or `fetch=False`). A path attaches that file's features instead."""
     check_bool("fetch", fetch); check_bool("verify", verify)
     s = settings or load_settings()
     src = s.dataset(name)
     if src.format not in _READERS: raise ValueError(f"dataset {name!r} has format={src.format!r}; known formats: {FORMATS}")
     _loader_options(src.format, options, f"dataset {name!r}")
+    own = _own_items(item_features, item_format)
     paths = dataset_paths(name, s)
     missing = [p for p in paths if not p.exists()]
     if missing:
@@ -164,9 +243,10 @@ def load_dataset(name: str,                        # a data set of settings.ini
         else:
             hint = f" load_dataset(..., fetch=True) or `dpmf data fetch {name}` downloads it." if src.auto else ""
             raise FileNotFoundError(f"{name}: missing {', '.join(map(str, missing))}. {_where_to_get(name, s)}{hint}")
+    table = own if own is not None else _dataset_items(name, s, src, fetch, verify) if item_features is True else None
     raw = _read_raw(src.format, paths, name)
     if verify: _verify_raw(name, src, raw.user, raw.item, raw.rating)
-    return _FINISHERS[src.format](raw, name, **options)
+    return _with_items(_FINISHERS[src.format](raw, name, **options), table)
 
 # %% ../nbs/00d_datasets.ipynb #f3791a32
 RATINGS_EXTENSIONS = {".tsv": ("movielens-100k",), ".data": ("movielens-100k",), ".dat": ("movielens-dat",),
@@ -208,11 +288,15 @@ def check_file(path,                      # a ratings file (a training_set folde
     _loader_options(fmt, options, f"format {fmt!r}")
     return fmt
 
-def load_file(path, format: str | None = None, name: str | None = None, **options) -> Ratings:
+def load_file(path, format: str | None = None, name: str | None = None,
+              item_features=None,              # the path of a file of public item features to attach (None: none)
+              item_format: str | None = None,  # its format (default: from its first line)
+              **options) -> Ratings:
     "`Ratings` from a file of one of the published formats (`check_file`); `name` defaults to the path as given."
     fmt = check_file(path, format, **options)
+    table = _own_items(item_features, item_format)
     name = str(path) if name is None else name
-    return _FINISHERS[fmt](_read_raw(fmt, [Path(path)], name), name, **options)
+    return _with_items(_FINISHERS[fmt](_read_raw(fmt, [Path(path)], name), name, **options), table)
 
 # %% ../nbs/00d_datasets.ipynb #b9fa6587
 class DatasetRow(NamedTuple):
@@ -222,14 +306,16 @@ class DatasetRow(NamedTuple):
     auto: bool
     path: Path
     license: str
+    item_features: bool | None = None   # whether its item file is present (None: settings.ini names none)
 
 def list_datasets(settings: Settings | None = None) -> list[DatasetRow]:
-    "One row per data set in settings.ini: name, format, present?, auto-fetchable?, path, license."
+    "One row per data set in settings.ini: name, format, present?, auto-fetchable?, path, license, item file present?"
     s = settings or load_settings()
     rows = []
     for name, src in s.datasets.items():
         paths = dataset_paths(name, s)
         present = all(p.is_file() or (p.name == "training_set" and p.is_dir()) for p in paths)   # not a folder in a file's place
         rows.append(DatasetRow(name, src.format, present, src.auto,
-                               paths[0] if len(paths) == 1 else s.data_dir / name, src.license))
+                               paths[0] if len(paths) == 1 else s.data_dir / name, src.license,
+                               None if (ip := _item_path(name, s, src)) is None else ip.is_file()))
     return rows

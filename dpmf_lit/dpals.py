@@ -19,8 +19,8 @@ from .privacy import NEIGHBOURING, PrivacyAccountant, PrivacyReport, Unit, gauss
 from .baselines import bias_sensitivity, item_offsets, keep_per_user, public_mean, release_item_totals
 
 # %% auto #0
-__all__ = ['user_step', 'item_statistics', 'dpals_sensitivity', 'noisy_statistics', 'solve_items', 'noise_multipliers', 'DPALS',
-           'by_item']
+__all__ = ['user_step', 'item_statistics', 'dpals_sensitivity', 'noisy_statistics', 'solve_items', 'noise_multipliers',
+           'public_item_features', 'row_dots', 'with_public_features', 'DPALS', 'by_item']
 
 # %% ../nbs/10_dpals.ipynb #156418d0
 def user_step(ratings: Ratings, V, c, m0: float, reg: float) -> tuple[np.ndarray, np.ndarray]:
@@ -65,6 +65,25 @@ def noise_multipliers(epsilon: float, delta: float, rounds: int, count_share: fl
     mu = 1.0 / gaussian_sigma_analytic(epsilon, delta)
     return 1.0 / (mu * math.sqrt(share)), math.sqrt(rounds) / (mu * math.sqrt(1.0 - share))
 
+# %% ../nbs/10_dpals.ipynb #d11a0002
+def public_item_features(train: Ratings, used: bool = True) -> np.ndarray:
+    "X: `train`'s public item features (float32, n_items × p) when `used`; no columns otherwise or when it has none."
+    f = train.item_features
+    return np.zeros((train.n_items, 0), np.float32) if f is None or not used else np.ascontiguousarray(f.X, np.float32)
+
+def row_dots(W, X, users, items) -> np.ndarray:
+    "x_jᵀw_i for each (users[k], items[k]) (float64; zeros when there are no columns)."
+    if W.shape[1] == 0: return np.zeros(len(users))
+    return np.einsum("kp,kp->k", W[users].astype(np.float64), X[items].astype(np.float64))
+
+def with_public_features(A, beta, X, V, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    "(A_j + α EᵀE, β_j + α Eᵀx_j) with E = XᵀV (VᵀV + I/α)⁻¹: the collective-MF terms (public); unchanged when α = 0."
+    if alpha <= 0 or X.shape[1] == 0: return A, beta
+    V = V.astype(np.float64)
+    E = np.linalg.solve(V.T @ V + np.eye(V.shape[1]) / alpha, V.T @ X.astype(np.float64)).T     # p × d
+    return A + alpha * (E.T @ E)[None], beta + alpha * (X.astype(np.float64) @ E)
+
+
 # %% ../nbs/10_dpals.ipynb #c1da33a4
 @register_mechanism("dpals")
 class DPALS(Mechanism):
@@ -73,7 +92,8 @@ class DPALS(Mechanism):
     aliases = {"rounds": "epochs", "tau": "max_ratings", "clip_u": "max_norm"}
     symbols = {"epsilon": "$\\varepsilon$", "delta": "$\\delta$", "d": "$d$", "epochs": "$T$", "max_ratings": "$\\tau$",
                "max_norm": "$\\Gamma_u$", "clip_rating": "$\\Gamma_r$", "reg": "$\\lambda$", "reg_exponent": "$e$",
-               "reg_local": "$\\lambda_u$", "count_share": "$s$", "init_std": "$\\sigma_0$", "mean": "$m_0$"}
+               "reg_local": "$\\lambda_u$", "count_share": "$s$", "init_std": "$\\sigma_0$", "mean": "$m_0$",
+               "feature_weight": "$\\alpha$"}
     def __init__(self,
                  epsilon: Positive = 1.0,        # target ε per user of everything released
                  delta: Fraction = 1e-5,         # δ of the guarantee
@@ -92,6 +112,8 @@ class DPALS(Mechanism):
                  center: Choice("item", "global") = "item",  # centre on the released item offsets, or on the released global mean
                  count_share: Fraction = 0.8,    # s: share of μ² (Gaussian DP) spent on the item sums and counts
                  init_std: Positive = 0.1,       # σ0: standard deviation of the data-independent start V0
+                 feature_weight: Float(0) = 0.0, # α: weight of the public item features in each item solve (collective MF, §6.1; 0: none)
+                 local_features: Bool = False,   # each user also regresses on the public item features, on the device (§6.1)
                  mean: Float() | None = None,    # public offset m0 (None: the midpoint of the rating scale)
                  seed: Int(0) | None = None):    # None: secret, from the OS; a number: reproducible (and public)
         if not 0 < count_share < 1: raise ValueError(f"count_share={count_share!r} must lie strictly between 0 and 1")
@@ -160,11 +182,14 @@ def _fit(self: DPALS, train: Ratings, progress: bool = False) -> Factors:
     delta_w, noise, c32 = dpals_sensitivity(self.max_ratings, self.neighbouring), self.rng(5), c.astype(np.float32)
     sA, sb = z * delta_w * self.max_norm ** 2, z * delta_w * self.max_norm * clip_r
     V = (self.init_std * self.rng(4).standard_normal((train.n_items, self.d))).astype(np.float32)
+    X = public_item_features(train, self.feature_weight > 0 or self.local_features)
+    Xl = X if self.local_features else X[:, :0]                            # what each device regresses on besides V
     for t in range(self.epochs):
-        U, b = user_step(train, V, c32, m0, self.reg_local)                   # on each device
-        x = np.clip(kr - m0 - c[ki] - b[ku], -clip_r, clip_r)
-        A, beta = noisy_statistics(*item_statistics(ptr, ku, x, clip_rows(U, self.max_norm)), sA, sb, noise)   # released
+        U, b = user_step(train, np.c_[V, Xl], c32, m0, self.reg_local)       # on each device
+        x = np.clip(kr - m0 - c[ki] - b[ku] - row_dots(U[:, self.d:], Xl, ku, ki), -clip_r, clip_r)
+        A, beta = noisy_statistics(*item_statistics(ptr, ku, x, clip_rows(U[:, :self.d], self.max_norm)), sA, sb, noise)   # released
+        A, beta = with_public_features(A, beta, X, V, self.feature_weight)   # public: no privacy cost
         V = solve_items(A, beta, self.reg * (counts + 1.0) ** self.reg_exponent).astype(np.float32)
-    U, b = user_step(train, V, c32, m0, self.reg_local)
+    U, b = user_step(train, np.c_[V, Xl], c32, m0, self.reg_local)
     history = [dict(round=t + 1, sigma_A=sA, sigma_beta=sb) for t in range(self.epochs)]
-    return Factors(U, V, b, c32, m0, history, privacy=self.privacy_report(z0, z), params={"mean": m0})
+    return Factors(U, np.c_[V, Xl], b, c32, m0, history, privacy=self.privacy_report(z0, z), params={"mean": m0})

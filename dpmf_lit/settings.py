@@ -65,6 +65,10 @@ class DatasetSource:
     license: str
     auto: bool
     problem: str | None = None  # why the entry cannot be used as written (reported when it is used)
+    item_files: tuple[str, ...] = ()  # the public item file (genres, years, ...), relative to data_dir/NAME/; () if none
+    item_format: str | None = None  # its format, one of dpmf_lit.item_features.ITEM_FORMATS
+    item_urls: tuple[str, ...] = ()  # where `dpmf data fetch` downloads it from, in order; () if it is placed by hand
+    item_sha256: str | None = None  # checksum of the parsed item table (dpmf_lit.item_features.item_table_sha256)
 
 # %% ../nbs/90_settings.ipynb #8250cb78
 @dataclass(frozen=True)
@@ -160,10 +164,15 @@ def _read_dataset(cp: configparser.ConfigParser, section: str, env, where_file: 
     if n and not re.fullmatch(r"[0-9]+", n): problems.append(f"n_ratings={n!r} ({where}) must be a whole number")
     auto, where_auto = get("auto", "no")
     if auto.lower() not in _YES_NO: problems.append(f"auto={auto!r} ({where_auto}) must be yes or no")
+    item_files, where_items = get("item_files")
+    for key in ("item_format", "item_urls", "item_sha256"):
+        if get(key)[0] and not item_files: problems.append(f"{key} is set ({get(key)[1]}) but item_files is not: which file is it for?")
     return DatasetSource(name=name, urls=tuple(get("urls")[0].split()), files=tuple(get("files")[0].split()),
                          sha256=get("sha256")[0] or None, n_ratings=int(n) if n and not problems else None,
                          format=get("format")[0], license=get("license")[0], auto=_YES_NO.get(auto.lower(), False),
-                         problem="; ".join(problems) or None)
+                         problem="; ".join(problems) or None, item_files=tuple(item_files.split()),
+                         item_format=get("item_format")[0] or None, item_urls=tuple(get("item_urls")[0].split()),
+                         item_sha256=get("item_sha256")[0] or None)
 
 # %% ../nbs/90_settings.ipynb #472ba8be
 def _layered(key: str, section: str, cp, env, overrides) -> tuple | None:

@@ -1,4 +1,4 @@
-"""A generator of rating data of any size that looks like real data: low rank plus noise, power-law item popularity, log-normal user activity, unique pairs; parallel, deterministic in the seed, and refused up front when it cannot fit in memory.
+"""A generator of rating data of any size that looks like real data: user and item biases, public genre-like item features, low rank plus noise, power-law item popularity correlated with the item bias, log-normal user activity, unique pairs; tuned to MovieLens 100K's statistics; parallel, deterministic in the seed, and refused up front when it cannot fit in memory.
 
 Docs: https://dpmf-lit.github.io/dpmf-lit/synthetic.html.md"""
 
@@ -13,10 +13,10 @@ import numpy as np
 from numba import njit, prange
 from .checks import check_bool, check_float, check_int, generator
 from .kernels import _GOLDEN, _mix64, numba_threads   # splitmix64, one definition for the package
-from .ratings import Ratings
+from .ratings import ItemFeatures, Ratings
 
 # %% auto #0
-__all__ = ['normal_table', 'available_memory', 'synthetic_memory', 'synthetic']
+__all__ = ['normal_table', 'genre_frequencies', 'available_memory', 'synthetic_memory', 'synthetic']
 
 # %% ../nbs/00e_synthetic.ipynb #9bb96ca5
 @njit(inline="always")
@@ -66,8 +66,8 @@ def _alias_draw(table, r):
 
 # %% ../nbs/00e_synthetic.ipynb #fe8edf7c
 @njit(parallel=True, cache=True)
-def _synth_kernel(counts, offsets, chunk_starts, U, V, w, alias, normal, factor_sd, mu, scale, noise, levels, seed,
-                  out_user, out_item, out_rating):
+def _synth_kernel(counts, offsets, chunk_starts, U, V, user_bias, item_bias, w, alias, normal, factor_sd, mu, scale, noise,
+                  levels, seed, out_user, out_item, out_rating):
     n_items, d = V.shape
     shift = np.uint64(64 - int(np.log2(normal.shape[0])))          # top bits index the normal table
     for c in prange(chunk_starts.shape[0] - 1):
@@ -94,12 +94,13 @@ def _synth_kernel(counts, offsets, chunk_starts, U, V, w, alias, normal, factor_
                     keys[j] = -np.log(1.0 - x) / w[j]
                 sel = np.argsort(keys)[:cu]
                 for q in range(cu): out_item[base + q] = sel[q]
+            mu_u = mu + user_bias[u]
             for q in range(cu):
                 j = out_item[base + q]
                 dot = 0.0
                 for f in range(d): dot += U[u, f] * V[j, f]
                 state, r = _next(state)
-                v = np.floor(mu + scale * dot + noise * normal[r >> shift] + 0.5)
+                v = np.floor(mu_u + item_bias[j] + scale * dot + noise * normal[r >> shift] + 0.5)
                 out_user[base + q] = u
                 out_rating[base + q] = min(max(v, 1.0), levels)
 
@@ -136,6 +137,40 @@ def _user_counts(rng, n_users, n_items, n_ratings, activity_sigma):
         counts[order] += np.clip(excess - before, 0, room)
     return counts
 
+# %% ../nbs/00e_synthetic.ipynb #603871d7
+# MovieLens 100K's genres (u.item): items of each of the 19 genres among its 1,682 items, most frequent first
+# (Drama, Comedy, Action, Thriller, Romance, Adventure, Children's, Crime, Sci-Fi, Horror, War, Mystery, Musical,
+#  Documentary, Animation, Western, Film-Noir, Fantasy, unknown)
+_GENRE_COUNTS = (725, 505, 251, 251, 247, 135, 122, 109, 101, 92, 71, 61, 56, 50, 42, 27, 24, 22, 2)
+
+def genre_frequencies(n_features: int) -> np.ndarray:
+    "Bernoulli frequency of each of `n_features` synthetic genres: MovieLens 100K's 19, cycled."
+    return np.asarray(_GENRE_COUNTS, np.float64)[np.arange(n_features) % len(_GENRE_COUNTS)] / 1682
+
+def _feature_scores(rng, X, freq, k):
+    "k standardised linear scores g_beta(x) of the rows of X, one column per independent beta ~ N(0, I)."
+    B = rng.standard_normal((X.shape[1], k))
+    sd = np.sqrt((B * B * (freq * (1 - freq))[:, None]).sum(0))
+    return np.divide((X - freq) @ B, sd, out=np.zeros((X.shape[0], k)), where=sd > 0)
+
+def _item_effects(rng, V, w, item_bias_sd, popularity_corr, n_features, feature_signal):
+    "(features X, item biases c, item factors V) of the model above; V is returned unchanged when the features carry nothing."
+    n_items, rank = V.shape
+    freq = genre_frequencies(n_features)
+    X = (rng.random((n_items, n_features)) < freq).astype(np.float32)
+    phi = feature_signal if n_features else 0.0
+    c = np.zeros(n_items, np.float32)
+    if item_bias_sd > 0:
+        z = np.log(w); z -= z.mean(); sd = z.std()
+        z = z / sd if sd > 1e-12 else np.zeros(n_items)
+        g = _feature_scores(rng, X, freq, 1)[:, 0] if phi > 0 else 0.0
+        rest = np.sqrt(max(1.0 - phi - popularity_corr**2, 0.0))
+        c = (item_bias_sd * (np.sqrt(phi) * g + popularity_corr * z + rest * rng.standard_normal(n_items))).astype(np.float32)
+    if phi > 0:
+        G = _feature_scores(rng, X, freq, rank)
+        V = (np.sqrt(1.0 - phi) * V + np.sqrt(phi) * rank ** -0.25 * G).astype(np.float32)
+    return X, c, V
+
 # %% ../nbs/00e_synthetic.ipynb #ec8b3244
 def _read_int(path) -> int | None:
     try: text = Path(path).read_text().strip()
@@ -165,20 +200,22 @@ def available_memory() -> int | None:
     known = [v for v in (avail, room) if v is not None]
     return min(known) if known else None
 
-def synthetic_memory(n_users: int, n_items: int, n_ratings: int, rank: int = 10, threads: int | None = None) -> int:
+def synthetic_memory(n_users: int, n_items: int, n_ratings: int, rank: int = 10, threads: int | None = None,
+                     n_features: int = 19) -> int:
     "Bytes `synthetic` holds at its peak (an estimate; the arrays it allocates, not Python's own overhead)."
     t = threads or numba.get_num_threads()
-    return 12 * n_ratings + n_users * (4 * rank + 56) + n_items * (4 * rank + 32 + 20 * t) + 8 * 2**16
+    return (12 * n_ratings + n_users * (4 * rank + 60)
+            + n_items * (16 * rank + 68 + 20 * t + 20 * n_features) + 8 * 2**16)
 
 # %% ../nbs/00e_synthetic.ipynb #88ed5c80
 _INT32_MAX = 2**31 - 1
 
-def _check_size(n_users, n_items, n_ratings, rank, threads):
+def _check_size(n_users, n_items, n_ratings, rank, threads, n_features=0):
     for nm, v in (("n_users", n_users), ("n_items", n_items)):
         if v > _INT32_MAX: raise ValueError(f"{nm}={v} exceeds {_INT32_MAX:,} (user and item codes are int32)")
     if n_ratings > n_users * n_items:
         raise ValueError(f"n_ratings={n_ratings} exceeds n_users*n_items={n_users * n_items} (pairs must be unique)")
-    need, have = synthetic_memory(n_users, n_items, n_ratings, rank, threads), available_memory()
+    need, have = synthetic_memory(n_users, n_items, n_ratings, rank, threads, n_features), available_memory()
     if have is not None and need > have:
         raise ValueError(f"synthetic(n_users={n_users}, n_items={n_items}, n_ratings={n_ratings}, rank={rank}) needs about "
                          f"{need / 2**30:,.1f} GiB of memory, but {have / 2**30:,.1f} GiB are available here; "
@@ -195,25 +232,43 @@ def synthetic(n_users: int,                 # users (rows), at most 2**31 - 1
               n_items: int,                 # items (columns), at most 2**31 - 1
               n_ratings: int,               # ratings, at most n_users * n_items (pairs are unique)
               rank: int = 10,               # rank d of the low-rank signal
-              noise: float = 0.5,           # sd of the Gaussian noise, in rating units
+              noise: float = 0.81,          # sd σ of the Gaussian noise, in rating units
               rating_levels: int = 5,       # ratings are 1..rating_levels
               popularity: float = 1.0,      # power-law exponent a of item popularity (0: uniform)
               seed: int = 0,                # seed of everything random
               name: str = "synthetic",      # name of the result
               activity_sigma: float = 1.0,  # sd s of the log-normal user activity (0: equal counts)
               threads: int | None = None,   # numba threads (default: all); the result does not depend on it
-              return_truth: bool = False,   # also return dict(U, V, mu, scale) of the generating model
+              return_truth: bool = False,   # also return dict(U, V, user_bias, item_bias, weight, mu, scale) of the model
+              mean: float | None = None,    # offset μ before rounding, in [1, rating_levels] (None: 1 + 0.59 (rating_levels - 1))
+              interaction_sd: float | None = None,  # sd s of the low-rank term s·uᵀv, in rating units (None: 0.55 (rating_levels - 1) / 4)
+              user_bias_sd: float = 0.45,   # sd τ_b of the user biases b_i, in rating units (0: none)
+              item_bias_sd: float = 0.5,    # sd τ_c of the item biases c_j, in rating units (0: none)
+              popularity_corr: float = 0.35,  # correlation ρ of c_j with log popularity, in [-1, 1]
+              n_features: int = 19,         # public binary "genre" features p per item, attached as `item_features` (0: none)
+              feature_signal: float = 0.25, # share φ of the variance of c_j and of each v_jf explained by the features, in [0, 1]
               ):
-    """Low-rank + noise ratings on 1..rating_levels with power-law item popularity and log-normal user
+    """Ratings on 1..rating_levels: offset + user and item biases + low rank + noise, with power-law item popularity
+    (correlated with the item bias), public item features that explain part of the item effects, and log-normal user
     activity; unique (user, item) pairs; deterministic in `seed` (whatever `threads`)."""
     n_users, n_items, n_ratings, rank = (check_int(nm, v, 1) for nm, v in
                                          (("n_users", n_users), ("n_items", n_items), ("n_ratings", n_ratings), ("rank", rank)))
     rating_levels = check_int("rating_levels", rating_levels, 2)
-    noise, popularity, activity_sigma = (check_float(nm, v, low=0) for nm, v in
-                                         (("noise", noise), ("popularity", popularity), ("activity_sigma", activity_sigma)))
+    noise, popularity, activity_sigma, user_bias_sd, item_bias_sd = (check_float(nm, v, low=0) for nm, v in
+        (("noise", noise), ("popularity", popularity), ("activity_sigma", activity_sigma),
+         ("user_bias_sd", user_bias_sd), ("item_bias_sd", item_bias_sd)))
+    mean = check_float("mean", mean, 1, rating_levels, allow_none=True)
+    interaction_sd = check_float("interaction_sd", interaction_sd, low=0, allow_none=True)
+    popularity_corr = check_float("popularity_corr", popularity_corr, -1, 1)
+    n_features = check_int("n_features", n_features, 0)
+    feature_signal = check_float("feature_signal", feature_signal, 0, 1)
+    if n_features and feature_signal + popularity_corr**2 > 1:
+        raise ValueError(f"feature_signal={feature_signal:g} and popularity_corr={popularity_corr:g}: the shares of the item "
+                         f"bias's variance they explain, feature_signal + popularity_corr**2 = "
+                         f"{feature_signal + popularity_corr**2:g}, must be at most 1")
     threads = check_int("threads", threads, 1, allow_none=True); check_bool("return_truth", return_truth)
     rng = generator(seed)
-    _check_size(n_users, n_items, n_ratings, rank, threads)
+    _check_size(n_users, n_items, n_ratings, rank, threads, n_features)
     counts = _user_counts(rng, n_users, n_items, n_ratings, activity_sigma)
     offsets = np.concatenate([[0], np.cumsum(counts)])
     U = np.empty((n_users, rank), np.float32)                      # filled by the kernel, per user
@@ -222,12 +277,19 @@ def synthetic(n_users: int,                 # users (rows), at most 2**31 - 1
     w[rng.permutation(n_items)] = np.arange(1, n_items + 1, dtype=np.float64) ** -float(popularity)
     alias = _alias_table(w)
     kseed = np.uint64(rng.integers(0, 2**63))
+    # the biases and features come last, so that switching them off leaves every draw above as it was
+    b = (rng.standard_normal(n_users, dtype=np.float32) * np.float32(user_bias_sd)) if user_bias_sd > 0 else np.zeros(n_users, np.float32)
+    X, c, V = _item_effects(rng, V, w, item_bias_sd, popularity_corr, n_features, feature_signal)
     chunk_starts = _chunk_starts(offsets, n_users, n_ratings, threads)
     user = np.empty(n_ratings, np.int32); item = np.empty(n_ratings, np.int32); rating = np.empty(n_ratings, np.float32)
-    mu, scale = (rating_levels + 1) / 2, (rating_levels - 1) / 4
+    mu = 1 + 0.59 * (rating_levels - 1) if mean is None else mean
+    scale = 0.55 * (rating_levels - 1) / 4 if interaction_sd is None else interaction_sd
     with numba_threads(min(threads, numba.config.NUMBA_NUM_THREADS) if threads else None):
-        _synth_kernel(counts, offsets, chunk_starts, U, V, w, alias, _normal(), rank ** -0.25, mu, scale, float(noise),
+        _synth_kernel(counts, offsets, chunk_starts, U, V, b, c, w, alias, _normal(), rank ** -0.25, mu, scale, float(noise),
                       float(rating_levels), kseed, user, item, rating)
+    features = None if n_features == 0 else ItemFeatures(X, tuple(f"genre:{k}" for k in range(n_features)),
+                                                         np.ones(n_items, bool), "synthetic")
     r = Ratings(user, item, rating, n_users, n_items, 1.0, float(rating_levels), name,
-                np.arange(n_users, dtype=np.int64), np.arange(n_items, dtype=np.int64))
-    return (r, dict(U=U, V=V, mu=mu, scale=scale)) if return_truth else r
+                np.arange(n_users, dtype=np.int64), np.arange(n_items, dtype=np.int64), features)
+    truth = dict(U=U, V=V, user_bias=b, item_bias=c, weight=w, mu=mu, scale=scale)
+    return (r, truth) if return_truth else r

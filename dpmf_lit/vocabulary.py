@@ -46,6 +46,8 @@ VOCABULARY: dict = {   # every parameter name a mechanism may declare, with its 
     "sampling": "which of a user's ratings are kept", "clip_rating": "centred ratings (residuals) clipped to ± this",
     "reg_exponent": "the ridge grows as the count to this power", "center": "what the ratings are centred on",
     "count_share": "share of the privacy budget spent on the counts and sums",
+    "reg_features": "ridge λ of a user's weights on the public item features", "prior_share": "share of the privacy budget spent on a prior for the users' local fits",
+    "feature_weight": "weight of the public item features in the item solve", "local_features": "users also regress on the public item features on their devices",
 }
 
 # %% ../nbs/01c_vocabulary.ipynb #5d7ace1a

@@ -150,7 +150,7 @@ def test_reproduce_failure_exit_status(tmp_path):
     ("pmf", ["init_std=abc"], "init_std='abc' must be a number > 0"),
     ("pmf", ["lr_decay=abc"], "lr_decay='abc' must be a number"),
     ("pmf", ["bias=no"], "bias='no' must be True or False"),
-    ("pmf", ["lr=0.3", "d=8"], "(lr=0.3, solver='sgd'): lower lr"),
+    ("pmf", ["lr=0.5", "d=8"], "(lr=0.5, solver='sgd'): lower lr"),   # a step that diverges on SMALL
     ("pmf", ["d=100000000000"], "more than the"),
     ("hua", ["epsilon=true"], "epsilon=True must be a number > 0"),
     ("hua", ["pmf_reg=-1"], "pmf_reg=-1 must be a finite number >= 0"),

@@ -253,7 +253,9 @@ def test_missing_file_says_where_to_get_it(tmp_path, loader, dataset, url):
 @pytest.fixture
 def tmp_settings(tmp_path):
     def make(**env):
-        return load_settings(env={"DPMF_DATA_DIR": str(tmp_path / "data"), **{k: str(v) for k, v in env.items()}})
+        base = {"DPMF_DATA_DIR": str(tmp_path / "data"),
+                "DPMF_ML_100K_ITEM_URLS": ""}    # the ratings alone here; fetching item files: tests/test_item_features.py
+        return load_settings(env={**base, **{k: str(v) for k, v in env.items()}})
     return make
 
 
@@ -548,7 +550,8 @@ def test_synthetic_dense_and_tiny(shape):
 def test_synthetic_follows_the_low_rank_model():
     r, truth = synthetic(2000, 300, 40_000, rank=4, noise=0.0, rating_levels=7, seed=2, return_truth=True)
     dot = np.einsum("ij,ij->i", truth["U"][r.user].astype(np.float64), truth["V"][r.item].astype(np.float64))
-    expect = np.clip(np.floor(truth["mu"] + truth["scale"] * dot + 0.5), 1, 7)
+    bias = truth["user_bias"][r.user].astype(np.float64) + truth["item_bias"][r.item]
+    expect = np.clip(np.floor(truth["mu"] + bias + truth["scale"] * dot + 0.5), 1, 7)
     assert np.mean(expect == r.rating) > 0.9999            # exact up to float32 rounding at .5 boundaries
     assert abs(np.var(dot) - 1) < 0.1                      # factors scaled so u.v has unit variance
 
@@ -556,12 +559,42 @@ def test_synthetic_follows_the_low_rank_model():
 def test_synthetic_noise_has_the_requested_sd():
     sigma = 0.8
     r, t = synthetic(4000, 500, 100_000, noise=sigma, rating_levels=101, seed=5, return_truth=True)
-    x = t["mu"] + t["scale"] * np.einsum("ij,ij->i", t["U"][r.user].astype(np.float64), t["V"][r.item].astype(np.float64))
+    x = (t["mu"] + t["user_bias"][r.user].astype(np.float64) + t["item_bias"][r.item]
+         + t["scale"] * np.einsum("ij,ij->i", t["U"][r.user].astype(np.float64), t["V"][r.item].astype(np.float64)))
     inner = (x > 5) & (x < 97)                             # away from clipping
     resid = r.rating[inner] - x[inner]
     # rating = round(x + sigma*z): residual variance sigma^2 + 1/12, mean 0
     assert abs(resid.mean()) < 5 * np.sqrt(sigma**2 + 1 / 12) / np.sqrt(inner.sum())
     assert abs(resid.var() - (sigma**2 + 1 / 12)) < 0.02
+
+
+def test_synthetic_effects_off_is_the_plain_low_rank_generator():
+    "With the biases and features off (and the old offset and scale), the ratings are those of the generator before them."
+    plain = dict(user_bias_sd=0, item_bias_sd=0, n_features=0, mean=3, interaction_sd=1)
+    r = synthetic(300, 80, 8_000, seed=2, noise=0.5, **plain)
+    assert r.item_features is None
+    assert ratings_sha256(r) == "69b8d458cf26a420fbc7a83af78d81e1301e18a2497f86c9beca25499ac96689"
+
+
+def test_synthetic_item_features_are_public_and_seeded():
+    r = synthetic(300, 200, 6_000, seed=4)
+    f = r.item_features
+    assert f.X.shape == (200, 19) and f.X.dtype == np.float32 and f.known.all() and f.source == "synthetic"
+    assert f.names == tuple(f"genre:{k}" for k in range(19))
+    again = synthetic(300, 200, 6_000, seed=4, threads=1)
+    assert np.array_equal(again.item_features.X, f.X) and np.array_equal(again.rating, r.rating)
+    assert not np.array_equal(synthetic(300, 200, 6_000, seed=5).item_features.X, f.X)
+    # the features depend on the seed alone: another noise level changes the ratings, not the features
+    assert np.array_equal(synthetic(300, 200, 6_000, seed=4, noise=0.2).item_features.X, f.X)
+
+
+def test_synthetic_item_bias_tracks_popularity_and_features():
+    r, t = synthetic(2000, 20_000, 40_000, seed=1, popularity_corr=0.35, feature_signal=0.25, return_truth=True)
+    c, X = t["item_bias"].astype(np.float64), r.item_features.X
+    A = np.hstack([np.ones((len(X), 1)), X])
+    r2 = 1 - np.var(c - A @ np.linalg.lstsq(A, c, rcond=None)[0]) / np.var(c)
+    assert abs(r2 - 0.25) < 0.03 and abs(np.corrcoef(c, np.log(t["weight"]))[0, 1] - 0.35) < 0.03
+    assert abs(c.std() - 0.5) < 0.02
 
 
 @pytest.mark.parametrize("count", [5, 13])                 # 13 of 20 items takes the Efraimidis-Spirakis path
@@ -599,6 +632,14 @@ def test_synthetic_power_law_popularity():
     (dict(popularity=float("nan")), "popularity=nan must be a finite number >= 0"),
     (dict(n_items=2.5), "n_items=2.5 must be an integer >= 1"),
     (dict(threads=0), "threads=0 must be an integer >= 1"),
+    (dict(user_bias_sd=-0.1), "user_bias_sd=-0.1 must be a finite number >= 0"),
+    (dict(item_bias_sd=float("inf")), "item_bias_sd=inf must be a finite number >= 0"),
+    (dict(n_features=-1), "n_features=-1 must be an integer >= 0"),
+    (dict(feature_signal=1.5), "feature_signal=1.5 must be a finite number in [0, 1]"),
+    (dict(popularity_corr=-2), "popularity_corr=-2 must be a finite number in [-1, 1]"),
+    (dict(feature_signal=0.9, popularity_corr=0.5), "feature_signal + popularity_corr**2 = 1.15, must be at most 1"),
+    (dict(mean=0.5), "mean=0.5 must be a finite number in [1, 5]"),
+    (dict(interaction_sd=-1), "interaction_sd=-1 must be a finite number >= 0"),
 ])
 def test_synthetic_bad_input(kw, message):
     args = {**dict(n_users=10, n_items=10, n_ratings=50), **kw}

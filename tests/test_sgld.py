@@ -85,7 +85,8 @@ def _chain(noise: str, G: int, seeds: int, epochs: int, eta: float, lam: float, 
            table_size: int = 65_536, threads: int = 1):
     """The values of V (and c) after `epochs` epochs of the parallel kernel over independent seeds, on a rating pattern
     where item degrees range from 1 to about 60; `lik` = 0 switches the likelihood off (the chain then targets the prior)."""
-    r = synthetic(40, 30, 600, seed=1)
+    r = synthetic(40, 30, 600, seed=1, noise=0.5, mean=3, interaction_sd=1,         # the plain low-rank set these
+                  user_bias_sd=0, item_bias_sd=0, n_features=0)                     # tests' power was sized on
     keep = (r.item >= 5) | (np.arange(len(r)) % 7 == 0)            # items 0-4 rated only a few times
     user, item, rating = r.user[keep], r.item[keep], r.rating[keep]
     m = np.bincount(item, minlength=30)
