@@ -69,7 +69,8 @@ def neighbours(pair: str = "value",  # 'value', 'absent', 'user' or 'user-absent
 
 # %% ../nbs/12_audit.ipynb #7b7d99da
 RELEASES = {"U": lambda m: m.U, "V": lambda m: m.V, "user_bias": lambda m: m.user_bias,
-            "item_bias": lambda m: m.item_bias, "mean": lambda m: np.array([m.mean])}
+            "item_bias": lambda m: m.item_bias, "mean": lambda m: np.array([m.mean]),
+            "prior": lambda m: np.array(next(h["prior"] for h in m.history if "prior" in h))}
 
 def release_vector(model, released) -> np.ndarray:
     "The arrays of `model` named in `released` (a report's `released`), flattened and concatenated (float64)."
@@ -236,6 +237,7 @@ AUDITS = {
                           runs=10_000),
     "sgld": AuditSetting(dict(d=1, epochs=5, max_ratings=2), "epsilon", n_users=2, fixed=(2, 3), fixed_rows=(1,), runs=1500, factors=(2, 4, 16)),
     "dp-bias": AuditSetting(dict(epsilon=1.0, max_ratings=2), "gaussian", fixed_rows=(1,), runs=8000),
+    "dp-bias-features": AuditSetting(dict(epsilon=1.0, max_ratings=2, prior_share=0.5), "gaussian", fixed_rows=(1,), runs=8000),
     "dpals": AuditSetting(dict(d=1, epochs=1, max_ratings=2, epsilon=1.0), "gaussian", fixed=(4,), fixed_rows=(1, 3),
                       runs=8000),
     "xin": AuditSetting(dict(d=1, mode="sslp", epochs=5), "epsilon", fixed=(0,), fixed_rows=(2, 3)),

@@ -139,5 +139,6 @@ def _fit(self: DPBiasFeatures, train: Ratings, progress: bool = False) -> Factor
     W, a = local_ridge(train, V, offset, m0 + theta[0], self.reg_features, self.reg_local)                     # on each device
     W[:, :X.shape[1]] += theta[1:].astype(np.float32)
     a += np.float32(theta[0])
-    return Factors(W, V, a, c.astype(np.float32), m0, privacy=self.privacy_report(z1, z2, sigma, len(kept), len(train)),
+    history = [{"prior": theta.tolist()}] if math.isfinite(z2) else []     # the released prior, as the audit reads it
+    return Factors(W, V, a, c.astype(np.float32), m0, history, privacy=self.privacy_report(z1, z2, sigma, len(kept), len(train)),
                    params={"mean": m0})

@@ -13,9 +13,10 @@ from test_cli import SMALL, dpmf
 MECHANISMS = mechanisms()
 # the configuration under which each mechanism has a guarantee to calibrate (others: no guarantee, say so below)
 TARGETS = {"hua": {}, "hua-protocol": {}, "dp-pmf": {}, "pdp-pmf": {"dropped": "zero"}, "gauss": {"variant": "both"},
-           "sgld": {}, "xin": {"mode": "sslp"}, "dp-bias": {}, "dpals": {}}
+           "sgld": {}, "xin": {"mode": "sslp"}, "dp-bias": {}, "dpals": {},
+           "dp-bias-features": {"prior_share": 0.2}}
 UNITS = {"hua": "rating", "hua-protocol": "rating", "dp-pmf": "rating", "pdp-pmf": "rating", "gauss": "rating",
-         "sgld": "user", "xin": "user", "dp-bias": "user", "dpals": "user"}
+         "sgld": "user", "xin": "user", "dp-bias": "user", "dpals": "user", "dp-bias-features": "user"}
 
 
 @pytest.fixture(scope="module")
