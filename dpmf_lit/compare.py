@@ -86,7 +86,7 @@ def run_contender(c: Contender, epsilon: float | None, train: Ratings, valid: Ra
     """Tune `c` on `valid` at `epsilon` (seed 0), then {test RMSE mean, sd, seconds per fit, chosen params, report class} over `seeds`,
     each seed's squared test errors (`errors`, for the paired intervals) and, for DPALS, the test RMSE with V set to zero (`ablation`)."""
     score = lambda p: evaluate(c.build(epsilon, 0, **p).fit(train), valid)["rmse"]
-    tuned = len(c.grid) > 1 or c.label in RELEASE_NOTHING        # the floor is chosen on validation
+    tuned = len(c.grid) > 1 or c.label in RELEASE_NOTHING or epsilon is not None   # the floor and the winners are chosen on validation
     valid_rmse = [score(p) for p in c.grid] if tuned else [float("nan")]
     best = c.grid[int(np.nanargmin(valid_rmse))] if tuned else c.grid[0]
     rmse, secs, errors, ablation = [], [], [], []
@@ -185,6 +185,7 @@ def comparison_record(df: pd.DataFrame, users: pd.DataFrame | None = None) -> di
     for unit in UNITS:
         rec["by_unit"][unit] = {label: {"epsilons": g.epsilon.tolist(), "test_rmse": g.test_rmse.round(4).tolist(),
                                         "test_sd": g.test_sd.round(4).tolist(), "seconds": g.seconds.round(3).tolist(),
+                                        "valid_rmse": [_r4(v) for v in g.valid_rmse],
                                         "coverage": g.coverage.iloc[0], "condition": g.condition.iloc[0], "params": g.params.tolist(),
                                         "margin": [_r4(v) for v in g.margin], "margin_lo": [_r4(v) for v in g.margin_lo],
                                         "margin_hi": [_r4(v) for v in g.margin_hi], "ablation": [_r4(v) for v in g.ablation]}
@@ -228,10 +229,11 @@ def comparison_table(rec: dict, unit: str, epsilons=(0.1, 1.0, 10.0)) -> str:
 
 # %% ../nbs/11_compare.ipynb #85b2b768
 def _best(rec: dict, unit: str, eps: float, end_to_end: bool = True):
-    "(label, test RMSE) of the lowest mean test RMSE at `eps` in `unit`'s panel (end-to-end rows only by default)."
-    rows = [(label, r["test_rmse"][r["epsilons"].index(eps)]) for label, r in rec["by_unit"][unit].items()
-            if eps in r["epsilons"] and (r["coverage"] == "end-to-end" or not end_to_end)]
-    return min(rows, key=lambda x: x[1])
+    "(label, test RMSE) of the contender of lowest *validation* RMSE at `eps` in `unit`'s panel (end-to-end rows only by default)."
+    rows = [(label, r["test_rmse"][k], r["valid_rmse"][k]) for label, r in rec["by_unit"][unit].items()
+            if eps in r["epsilons"] and (r["coverage"] == "end-to-end" or not end_to_end) for k in [r["epsilons"].index(eps)]]
+    label, test, _ = min(rows, key=lambda x: x[2])
+    return label, test
 
 def _margin(rec: dict, unit: str, label: str, eps: float) -> str:
     "'0.009 below releasing nothing (95 % interval 0.004 to 0.013: excludes zero)', read from the record."
@@ -250,9 +252,9 @@ def answer(rec: dict, epsilons=(0.1, 1.0, 10.0), meaningful: float = 1.0) -> str
         for e in (e for e in epsilons if e in rec["epsilons"]):
             label, v = _best(rec, unit, e)
             parts.append(f"at ε = {e:g} {label} ({v:.3f}: {_margin(rec, unit, label, e)})")
-        out.append(f"Per {unit}, the best end-to-end mechanism is " + "; ".join(parts) + ".")
+        out.append(f"Per {unit}, the best end-to-end mechanism (chosen on validation) is " + "; ".join(parts) + ".")
     never = sorted({label for unit in UNITS for label, e in rec["beats_nothing_from"][unit].items() if e is None or e > meaningful})
-    out.append(f"Never below releasing nothing ({nothing:.3f}) at any ε ≤ {meaningful:g}: " + ", ".join(never) + ".")
+    out.append(f"Never below releasing nothing ({nothing:.3f}, mean test RMSE) at any ε ≤ {meaningful:g}: " + ", ".join(never) + ".")
     if "users" in rec:
         cross = {k: v for k, v in rec["users"]["beats_nothing_from"].items()}
         out.append("On synthetic data (item effects and public features) at ε = 1 per user, releasing nothing is beaten from " + "; ".join(

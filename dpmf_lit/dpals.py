@@ -10,7 +10,7 @@ import math
 from dataclasses import replace
 import numpy as np
 from fastcore.basics import patch
-from .checks import Choice, Float, Fraction, Int, Positive, check_choice, check_fraction, check_int, check_positive
+from .checks import Bool, Choice, Float, Fraction, Int, Positive, check_choice, check_fraction, check_int, check_positive
 from .data import Ratings
 from .kernels import als_sweep, to_csr
 from .hua import _normal_equations, clip_rows

@@ -39,7 +39,8 @@ def local_ridge(train: Ratings, X, offset, m0: float, reg: float, reg_intercept:
 # %% ../nbs/13_public_features.ipynb #e13c0014
 PUBLIC_SCOPE = ("nothing leaves a user's device: each user's intercept and feature weights are fitted there from the user's "
                 "own ratings, the public item features and public constants; the test RMSE pools what each user measures "
-                "on their own held-out ratings")
+                "on their own held-out ratings; parameters chosen by looking at the data (the ridge, this baseline over "
+                "user-mean) are not covered")
 
 @register_mechanism("user-features")
 class UserFeatures(Mechanism):
@@ -71,6 +72,7 @@ def split_multipliers(epsilon: float, delta: float, share: float) -> tuple[float
 
 def release_prior(theta, max_norm: float, sigma: float, rng: np.random.Generator) -> np.ndarray:
     "θ̄ = (Σ_i clip(θ_i, max_norm) + σ ξ) / n: the users' clipped local coefficients, averaged with Gaussian noise (σ on the sum)."
+    theta = np.where(np.isfinite(theta), theta, 0.0)    # a device whose solve failed sends zeros: no data-dependent error
     s = clip_rows(theta, max_norm).sum(0)
     return (s + sigma * rng.standard_normal(s.shape)) / len(theta)
 
@@ -89,7 +91,7 @@ class DPBiasFeatures(Mechanism):
                  max_ratings: Int(1) = 100,      # τ: ratings of each user (a random subset) that enter the released totals
                  reg: Float(0) = 5.0,            # λ: prior weight of the item offsets, grown by the noise of the release
                  reg_local: Float(0) = 0.5,      # λ0: ridge on each user's intercept, fitted on the device
-                 reg_features: Float(0) = 10.0,  # λ_w: ridge on each user's weights of the public features and of c_j
+                 reg_features: Positive = 10.0,  # λ_w: ridge on each user's weights of the public features and of c_j
                  prior_share: Float(0, 1, high_open=True) = 0.0,  # s: share of μ² spent on a DP prior for the users' weights (0: none, the prior is 0)
                  max_norm: Positive = 1.0,       # B: each user's local coefficients clipped to this norm before the prior's sum
                  mean: Float() | None = None,    # public offset m0 (None: the midpoint of the rating scale)
@@ -108,9 +110,9 @@ def privacy_report(self: DPBiasFeatures, z1: float, z2: float, sigma: float, n_k
     acc.gaussian(z1, 1, "item sums and counts")
     if prior: acc.gaussian(z2, 1, "the users' clipped local coefficients, summed")
     scope = ("the released item offsets" + (" and the prior θ̄" if prior else "") + "; m0, the item features and the parameters "
-             "are public; each user's intercept and weights are fitted on the user's device and never released; parameters "
+             "are public, and so is the user roster (its size divides the prior's sum); each user's intercept and weights are fitted on the user's device and never released; parameters "
              "chosen by looking at the data are not covered")
-    notes = (f"item totals: one Gaussian on each user's <= {self.max_ratings} ratings ({n_kept:,} of {n:,} kept), sensitivity "
+    notes = (f"item totals: one Gaussian on each user's <= {self.max_ratings} ratings (a random subset), sensitivity "
              f"{bias_sensitivity(self.max_ratings, self.neighbouring):.4g}, sigma {sigma:.4g}"
              + (f"; prior: sum of coefficients clipped to {self.max_norm:g}, z = {z2:.4g}" if prior else "")
              + f"; Gaussian-DP mu = {mu:.4g}, exact epsilon {exact:.6g}")
@@ -132,7 +134,7 @@ def _fit(self: DPBiasFeatures, train: Ratings, progress: bool = False) -> Factor
     theta = np.zeros(X.shape[1] + 1)                    # the prior of (a_i, w_i): 0, or released
     if math.isfinite(z2):
         W0, a0 = local_ridge(train, X, np.zeros(train.n_items), m0, self.reg_features, self.reg_local)            # on each device
-        sens = self.max_norm * (2.0 if self.neighbouring == "replace" else 1.0)
+        sens = 2.0 * self.max_norm      # one user's clipped θ_i moves anywhere in the ball, under either notion (n public)
         theta = release_prior(np.c_[a0, W0], self.max_norm, z2 * sens, self.rng(3))                              # released
     V = np.c_[X, c].astype(np.float32)                  # public features and the released offsets
     offset = c + X @ theta[1:]
