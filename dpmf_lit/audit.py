@@ -409,7 +409,8 @@ def audit(mechanism: str,                 # a registered mechanism's name
 BATCH = (("hua", "hua", {}), ("hua-protocol", "hua-protocol", {}), ("dp-pmf", "dp-pmf", {}), ("pdp-pmf", "pdp-pmf", {}),
          ("gauss paper, J=2, μ=1", "gauss", {}), ("gauss paper, J=5, μ=0.3", "gauss", dict(epochs=5, lr=0.3)),
          ("gauss both", "gauss", dict(variant="both", step_epsilon=0.9, epochs=1)),
-         ("sgld", "sgld", {}), ("dp-bias", "dp-bias", {}), ("dpals", "dpals", {}), ("xin sslp", "xin", {}))
+         ("sgld", "sgld", {}), ("dp-bias", "dp-bias", {}), ("dpals", "dpals", {}), ("xin sslp", "xin", {}),
+         ("dp-bias-features", "dp-bias-features", {}))
 
 def audit_all(rows=BATCH, scale: float = 1.0, seed: int = 0, jobs: int = 1, progress: bool = False) -> dict:
     "{label: AuditResult.record()} for the batch's rows, each at its setting's runs times `scale`."

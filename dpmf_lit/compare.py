@@ -67,7 +67,7 @@ CONTENDERS = (
     Contender("dp-bias + features + prior (ours)", "dp-bias-features", "user", {}, _grid(max_ratings=(50, 100), prior_share=(0.1, 0.3))),
     Contender("dpals + CMF (Curmei et al.)", "dpals", "user", {"d": 5, "max_norm": 0.3},
               _grid(reg=(100.0, 1000.0), count_share=(0.3, 0.8), feature_weight=(100.0, 1000.0))),
-    Contender("dpals + CMF + local features (ours)", "dpals", "user", {"d": 2, "local_features": True, "reg_local": 10.0},
+    Contender("dpals + local features, α tuned (ours)", "dpals", "user", {"d": 2, "local_features": True, "reg_local": 10.0},
               _grid(reg=(100.0, 1000.0), count_share=(0.3, 0.8), feature_weight=(0.0, 1000.0))),
 )
 RELEASE_NOTHING = ("user-mean", "user-features")   # (0, 0) per user: the floor is the better of them on validation
