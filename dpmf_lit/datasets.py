@@ -7,6 +7,7 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/datasets.html.md"""
 # %% ../nbs/00d_datasets.ipynb #6932169f
 from __future__ import annotations
 import inspect, io, os, subprocess, sys, tempfile, urllib.request, zipfile
+from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 import numpy as np
@@ -205,11 +206,14 @@ def _dataset_items(name: str, s: Settings, src, fetch: bool, verify: bool) -> It
     if path is None: return None
     if not path.exists() and fetch and src.auto and src.item_urls:
         print(f"{name}: item features not found at {path}; downloading them from {' or '.join(src.item_urls)}", file=sys.stderr)
-        _fetch_items(name, s, src)
+        try: _fetch_items(name, s, src)
+        except (UserError, OSError) as e:      # offline: the ratings still load, without features, and the user is told
+            print(f"{name}: the public item features could not be fetched, loading the ratings without them "
+                  f"({str(e).splitlines()[0]}); `dpmf data fetch {name}` tries again", file=sys.stderr)
     if not path.exists(): return None
     table = read_items(path, src.item_format)
     if verify: _verify_items(name, src, table)
-    return table
+    return replace(table, source=f"{name}/{path.name}")     # named relative to the data folder: no local path in outputs
 
 def _with_items(ratings: Ratings, table: ItemTable | None) -> Ratings:
     return ratings if table is None else ratings.with_features(features_for(ratings, table))

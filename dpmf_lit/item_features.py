@@ -216,6 +216,9 @@ def _parse_item_features_csv(text: str, where: str) -> ItemTable:
     first = next(records, None)
     if first is None: raise ValueError(f"{where}: no items (the file is empty)")
     n0, names = first[0], [h.strip() for h in first[1]]
+    if names and _NUMBER.fullmatch(names[0]):
+        raise ValueError(f"{where} line {n0}: the first line must be a header (column names), not an item ({names[0]!r}); "
+                         "a published file without its header is not read as your own format")
     if len(names) < 2:
         raise ValueError(f"{where} line {n0}: the header needs the item id column and at least one feature column, found {len(names)} column(s)")
     for k, name in enumerate(names[1:], 2):
@@ -228,12 +231,22 @@ def _parse_item_features_csv(text: str, where: str) -> ItemTable:
     columns = []
     for c, name in enumerate(names[1:]):
         col = [(n, x[c]) for n, x in cells]
-        if all(not v or _NUMBER.fullmatch(v) for _, v in col):
+        numeric = [bool(v) and bool(_NUMBER.fullmatch(v)) for _, v in col]
+        if all(num or not v for num, (_, v) in zip(numeric, col)):
             values = np.array([float(v) if v else 0.0 for _, v in col])
-            bad = np.flatnonzero(~np.isfinite(values))
-            if len(bad): raise ValueError(f"{where} line {col[bad[0]][0]}: {name}={col[bad[0]][1]} is too large for a float")
+            bad = np.flatnonzero(~(np.abs(values) <= np.finfo(np.float32).max))
+            if len(bad): raise ValueError(f"{where} line {col[bad[0]][0]}: {name}={col[bad[0]][1]} is too large for a float32 feature")
             columns.append((name, values))
-        else: columns.append((name, tuple(tuple(sorted({t.strip() for t in v.split("|") if t.strip()})) for _, v in col)))
+            continue
+        if sum(numeric) > len(col) / 2:      # mostly numbers: a stray word is a typo, not a category
+            n, v = next((n, v) for num, (n, v) in zip(numeric, col) if v and not num)
+            raise ValueError(f"{where} line {n}: {name}={v!r} is not a number, while most of column {name!r} is numeric")
+        tokens = tuple(tuple(sorted({t.strip() for t in v.split("|") if t.strip()})) for _, v in col)
+        distinct = len({t for ts in tokens for t in ts})
+        if distinct > max(100, len(col) // 2):
+            raise ValueError(f"{where} line {n0}: column {name!r} has {distinct:,} distinct values for {len(col):,} items "
+                             "(an id or a title?): it would become that many indicator columns; drop it or encode it yourself")
+        columns.append((name, tokens))
     return rows.table(tuple(columns))
 
 # %% ../nbs/00g_item_features.ipynb #c2e1d77f

@@ -3,6 +3,7 @@ format, every refusal naming its file and line, the encoding, the alignment with
 loading through dpmf_lit.datasets, the CLI's --item-features, and the real MovieLens 100K features.
 Nothing here is computed from ratings: the last tests check it."""
 import io
+import re
 import json
 import os
 import subprocess
@@ -381,3 +382,31 @@ def test_cli_refuses_a_malformed_item_features_file_by_line(tmp_path):
     p = dpmf("fit", "pmf", "--dataset", ratings, "--item-features", good, "--set", "d=2", "--set", "epochs=1", "--json")
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["item_features"] == str(good)
+
+
+# ----------------------------------------------------------------- a reviewer's inputs: refused by line, not read silently
+@pytest.mark.parametrize("text, message", [
+    ("1,Toy Story (1995),Comedy\n2,Heat (1995),Action\n", "must be a header (column names), not an item ('1')"),
+    ("item,budget\n1,10\n2,12\n3,1.5x\n4,9\n", "line 4: budget='1.5x' is not a number"),
+    ("item,budget\n1,1e39\n", "line 2: budget=1e39 is too large for a float32 feature"),
+    ("item,title\n" + "".join(f"{k},Film {k}\n" for k in range(1, 302)), "column 'title' has 301 distinct values for 301 items"),
+])
+def test_the_generic_format_refuses_what_it_would_misread(tmp_path, text, message):
+    p = tmp_path / "mine.csv"; p.write_text(text)
+    with pytest.raises(ValueError, match=re.escape(message)): read_items(p)
+
+
+def test_offline_the_ratings_still_load_without_features(tmp_path, capsys):
+    "Ratings present, their item file absent and unreachable: load_dataset warns and returns the ratings without features."
+    s = load_settings(env={"DPMF_DATA_DIR": str(tmp_path / "data"), "DPMF_ML_100K_ITEM_URLS": (tmp_path / "nowhere.zip").as_uri() + "#u.item",
+                           "DPMF_ML_100K_N_RATINGS": "3", "DPMF_ML_100K_SHA256": ""})
+    ratings = s.data_dir / "ml-100k" / "ratings.tsv"
+    ratings.parent.mkdir(parents=True); ratings.write_text("1\t1\t5\t0\n1\t2\t3\t0\n2\t1\t4\t0\n")
+    r = DS.load_dataset("ml-100k", settings=s)
+    assert len(r) == 3 and r.item_features is None
+    assert "could not be fetched, loading the ratings without them" in capsys.readouterr().err
+
+
+def test_a_data_set_names_its_item_file_relative_to_the_data_folder(ml100k_items):
+    r = DS.load_dataset("ml-100k")
+    assert r.item_features.source == "ml-100k/items.tsv"
