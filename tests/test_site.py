@@ -177,7 +177,7 @@ def test_papers_table_says_what_reproduced_and_what_did_not():
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## The papers"):].split("\n## ")[0]
     status = {l.split("|")[1].strip(" `"): l.split("|")[-2] for l in section.splitlines() if l.startswith("| `")}
-    assert set(status) == {"hua", "pdp", "sgld", "gauss", "xin", "dpals"}
+    assert set(status) == {"hua", "pdp", "sgld", "gauss", "xin", "dpals", "public"}
     for key, s in status.items():
         assert "**Reproduced:**" in s, key
         assert any(w in s for w in ("**Not reproduced:**", "**Did not hold:**", "**Not a DP result:**", "**Not checked:**")), key
