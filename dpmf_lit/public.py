@@ -48,7 +48,7 @@ class UserFeatures(Mechanism):
     test_params = dict(reg=10.0)
     symbols = {"reg": "$\\lambda$", "reg_local": "$\\lambda_0$", "mean": "$m_0$"}
     def __init__(self,
-                 reg: Float(0) = 10.0,           # λ: ridge on each user's feature weights w_i (towards 0)
+                 reg: Positive = 10.0,           # λ: ridge on each user's feature weights w_i (towards 0; > 0: a user may have fewer ratings than features)
                  reg_local: Float(0) = 0.5,      # λ0: ridge on each user's intercept a_i (towards the public m0)
                  mean: Float() | None = None):   # public prior m0 (None: the midpoint of the rating scale)
         pass
