@@ -88,7 +88,7 @@ def test_dp_bias_features_report_bad_input_and_determinism(data):
         with pytest.raises(ValueError, match=msg): DPBiasFeatures(**bad)
 
 
-def test_more_privacy_budget_never_hurts_much_and_features_help(data):
+def test_with_almost_no_noise_the_released_offsets_beat_the_floor(data):
     from dpmf_lit.compare import three_way_split
     tr, va, te = three_way_split(data, 0)
     floor = evaluate(UserFeatures().fit(tr), te)["rmse"]
@@ -110,3 +110,18 @@ def test_command_line_user_features_prints_a_zero_report():
     assert p.returncode == 0, p.stderr[-2000:]
     out = json.loads(p.stdout)
     assert out["privacy"]["epsilon"] == 0 and out["privacy"]["delta"] == 0 and out["rmse"] < 1.0
+
+
+def test_the_fit_adds_the_noise_its_report_states(data, monkeypatch):
+    "Halving either noise scale, or the prior's sensitivity 2B, in the fit itself is caught: the item totals get sigma = z1·Δ, the prior's sd is z2·2B/n."
+    import dpmf_lit.public as P
+    seen = []
+    real = P.release_item_totals
+    monkeypatch.setattr(P, "release_item_totals", lambda *a, **k: (seen.append(a[3]), real(*a, **k))[1])
+    eps, share, tau, B = 1.0, 0.3, 20, 0.5
+    z1, z2 = split_multipliers(eps, 1e-5, share)
+    priors = np.array([DPBiasFeatures(epsilon=eps, prior_share=share, max_ratings=tau, max_norm=B, seed=s).fit(data).history[0]["prior"]
+                       for s in range(300)])
+    assert all(math.isclose(s, z1 * bias_sensitivity(tau), rel_tol=1e-12) for s in seen)
+    sd, expected = priors.std(axis=0, ddof=1), z2 * 2 * B / data.n_users
+    assert np.all(np.abs(sd / expected - 1) < 0.2), (sd, expected)   # 300 draws: the sd within ±20 % (a halved scale is -50 %)
