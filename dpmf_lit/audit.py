@@ -6,30 +6,26 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/audit.html.md"""
 
 # %% ../nbs/12_audit.ipynb #4d5a6c96
 from __future__ import annotations
-import copy, math, multiprocessing, time
+import copy, functools, math, multiprocessing, time
 from dataclasses import asdict, dataclass, field
 import numpy as np
+from scipy import optimize, stats
 from tqdm.auto import tqdm
 from .checks import check_bool, check_fraction, check_int, show
 from .data import Ratings
 from .mechanism import Mechanism, get_mechanism, mechanisms
 from .privacy import gaussian_epsilon, gaussian_sigma_analytic
 from .stats import clopper_pearson
+from .audit_bounds import *
+from .audit_bounds import _events
 import matplotlib.pyplot as plt
 import pandas as pd
 
 # %% auto #0
-__all__ = ['PAIRS', 'RELEASES', 'CONTROLS', 'AUDITS', 'COVERS', 'BATCH', 'PAPER_AUDITS', 'event_bound', 'declared_pair',
-           'neighbours', 'release_vector', 'control', 'run_releases', 'statistics', 'Bound', 'epsilon_bound',
-           'AuditSetting', 'AuditResult', 'verdict', 'runs_needed', 'audit', 'audit_all', 'audit_table', 'figure_audit',
-           'audited_clause', 'sync_papers_table', 'audit_status']
-
-# %% ../nbs/12_audit.ipynb #42cf67d2
-def event_bound(k1: int, n1: int, k2: int, n2: int, delta: float = 0.0, confidence: float = 0.95) -> float:
-    "ε̂ = log((p̲ − δ) / q̄): one-sided Clopper–Pearson bounds at (1 − confidence)/2 each on k1/n1 (D) and k2/n2 (D'); 0 when p̲ ≤ δ."
-    alpha = (1 - confidence) / 2
-    lo, _ = clopper_pearson(k1, n1, alpha); _, hi = clopper_pearson(k2, n2, alpha)
-    return np.log(np.maximum(np.asarray(lo) - delta, 1e-300) / hi)
+__all__ = ['PAIRS', 'RELEASES', 'CONTROLS', 'AUDITS', 'COVERS', 'BATCH', 'PAPER_AUDITS', 'declared_pair', 'neighbours',
+           'release_vector', 'control', 'run_releases', 'canary_data', 'item_rows', 'canary_audit', 'AuditSetting',
+           'AuditResult', 'audit', 'audit_all', 'audit_table', 'figure_audit', 'audited_clause', 'sync_papers_table',
+           'audit_status']
 
 # %% ../nbs/12_audit.ipynb #11142be3
 PAIRS = {("rating", "replace"): "value", ("rating", "add_remove"): "absent", ("user", "replace"): "user",
@@ -132,82 +128,52 @@ def run_releases(mech: Mechanism, data: Ratings, seeds, *, how: str = "epsilon",
     X = np.concatenate([x[0] if x[0].shape[1] == p else np.full((len(x[1]), p), np.nan) for x in parts])
     return X, np.concatenate([x[1] for x in parts])
 
-# %% ../nbs/12_audit.ipynb #77185e8c
-def _clean(a): return a[~np.isnan(a).any(1)]
+# %% ../nbs/12_audit.ipynb #bc9d6933
+def canary_data(m: int, pair: str = "user", r_min: float = 1.0, r_max: float = 5.0, seed: int = 0, S=None) -> tuple[Ratings, np.ndarray]:
+    "(data, S): m canary users, user i rating only item i — r_max where S_i (a fair coin, seeded), else r_min, or no rating for an add/remove pair — and a public anchor user m rating item m (no data set is empty)."
+    S = np.random.default_rng(np.random.SeedSequence([seed, 77])).integers(0, 2, m).astype(bool) if S is None else np.asarray(S, bool)
+    keep = np.r_[S | (pair in ("value", "user")), True]
+    u = np.arange(m + 1, dtype=np.int32)[keep]
+    r = np.r_[np.where(S, r_max, r_min), r_min].astype(np.float32)[keep]
+    return Ratings(u, u.copy(), r, m + 1, m + 1, r_min, r_max, name="audit canaries").validate(), S
 
-def _directions(a, b) -> dict:
-    "Linear statistics fitted on selection runs a (on D) and b (on D'): mean difference, LDA, best coordinate."
-    a, b = _clean(a), _clean(b); p = a.shape[1]
-    dm = a.mean(0) - b.mean(0)
-    S = (0.5 * (np.cov(a.T) + np.cov(b.T))).reshape(p, p)
-    lda = np.linalg.solve(S + (1e-9 * np.trace(S) / p + 1e-300) * np.eye(p), dm)
-    z = np.abs(dm) / np.sqrt(np.maximum(np.diag(S), 1e-300)); best = np.zeros(p); best[np.argmax(z)] = 1
-    return {"mean difference": dm, "LDA": lda, "best coordinate": best}
+def item_rows(model, released) -> np.ndarray:
+    "The released arrays named in `released` that have one row per item (V, item_bias), side by side (items × p, float64)."
+    parts = [np.asarray(RELEASES[n](model), np.float64) for n in released]
+    return np.column_stack([p.reshape(len(p), -1) for p in parts])
 
-def _gaussian_ratio(a, b):
-    "x -> log N(x; m_D, S_D) - log N(x; m_D', S_D'), both Gaussians fitted on the selection runs."
-    a, b = _clean(a), _clean(b); p = a.shape[1]
-    def fit(z):
-        S = np.cov(z.T).reshape(p, p); L = np.linalg.cholesky(S + (1e-9 * np.trace(S) / p + 1e-300) * np.eye(p))
-        return z.mean(0), L, 2 * np.log(np.diag(L)).sum()
-    (m1, L1, l1), (m2, L2, l2) = fit(a), fit(b)
-    q = lambda X, m, L: (np.linalg.solve(L, (X - m).T) ** 2).sum(0)
-    return lambda X: 0.5 * (q(X, m2, L2) - q(X, m1, L1) + l2 - l1)
 
-# %% ../nbs/12_audit.ipynb #db65ef83
-def statistics(X1, X2, e1, e2, sel1, sel2, exact=None) -> dict:
-    "{name: (s on D's runs, s on D''s runs)}, every statistic fitted on the selection runs sel1, sel2 only (NaN: the run raised)."
-    out = {"error": (e1.astype(float), e2.astype(float))}
-    if exact is not None: return out | {"exact log-ratio": (exact(X1), exact(X2))}   # the most powerful: alone
-    if X1.shape[1] == 0 or min((~e1[sel1]).sum(), (~e2[sel2]).sum()) < 3: return out
-    dirs = _directions(X1[sel1], X2[sel2])
-    out |= {k: (X1 @ w, X2 @ w) for k, w in dirs.items()}
-    j = int(np.argmax(dirs["best coordinate"]))
-    mid = 0.5 * (np.nanmedian(X1[sel1, j]) + np.nanmedian(X2[sel2, j]))
-    out["|best coordinate|"] = (np.abs(X1[:, j] - mid), np.abs(X2[:, j] - mid))
-    try: g = _gaussian_ratio(X1[sel1], X2[sel2]); out["Gaussian log-ratio"] = (g(X1), g(X2))
-    except np.linalg.LinAlgError: pass
-    return out
+# %% ../nbs/12_audit.ipynb #c5dce663
+def _canary_fit(mech, how, f, data, seed, released):
+    "The per-item released rows of the canaries' items (the anchor's dropped) of one fit of `mech` (noise scaled down by f) on the canary data."
+    m = copy.copy(control(mech, how, f)); m.seed = int(seed)
+    return item_rows(m.fit(data), released)[:-1]
 
-# %% ../nbs/12_audit.ipynb #fcb47505
-@dataclass
-class Bound:
-    "One audited lower bound: the test chosen on the selection share, its counts and ε̂ on the estimation share."
-    epsilon: float          # ε̂, the lower bound (0 when the test shows nothing)
-    statistic: str          # which statistic
-    test: str               # the event and direction, e.g. "P_D(s > t) / P_D'(s > t)"
-    threshold: float        # t
-    counts: tuple           # (k1, n1, k2, n2) on the estimation share: numerator and denominator counts
-    selected: float         # the test's bound on the selection share (optimistic: it was chosen there)
-
-_TESTS = ("P_D(s > t) / P_D'(s > t)", "P_D(s <= t) / P_D'(s <= t)", "P_D'(s > t) / P_D(s > t)", "P_D'(s <= t) / P_D(s <= t)")
-
-def _events(a, b, ts):
-    "Counts per threshold of the four tests: (k1, n1, k2, n2) each; a NaN (a run that raised) is in neither s > t nor s <= t."
-    ga, la = ((a[None] > ts[:, None]).sum(1), (a[None] <= ts[:, None]).sum(1))
-    gb, lb = ((b[None] > ts[:, None]).sum(1), (b[None] <= ts[:, None]).sum(1))
-    return [(ga, len(a), gb, len(b)), (la, len(a), lb, len(b)), (gb, len(b), ga, len(a)), (lb, len(b), la, len(a))]
-
-# %% ../nbs/12_audit.ipynb #c26c3bbe
-def epsilon_bound(X1, X2, e1, e2, delta: float = 0.0, exact=None, confidence: float = 0.95, select: float = 0.3,
-                  seed: int = 0, n_thresholds: int = 201) -> Bound:
-    "The audit's one bound: statistic, threshold and direction chosen on a `select` share of each side's runs, ε̂ from the rest."
-    rng = np.random.default_rng(seed)
-    def split(n): p = rng.permutation(n); k = int(round(select * n)); return p[:k], p[k:]
-    (s1, t1), (s2, t2) = split(len(e1)), split(len(e2))
-    stats, best = statistics(X1, X2, e1, e2, s1, s2, exact), (-np.inf, None)
-    for name, (a, b) in stats.items():
-        pool = np.concatenate([a[s1], b[s2]]); pool = pool[~np.isnan(pool)]
-        if len(pool) == 0: continue
-        ts = np.unique(np.quantile(pool, np.linspace(0, 1, n_thresholds)))
-        for j, (k1, n1, k2, n2) in enumerate(_events(a[s1], b[s2], ts)):
-            v = event_bound(k1, n1, k2, n2, delta, confidence); q = int(np.argmax(v))
-            if v[q] > best[0]: best = (float(v[q]), (name, j, float(ts[q])))
-    name, j, t = best[1]
-    a, b = stats[name]
-    k1, n1, k2, n2 = (int(np.ravel(x)[0]) for x in _events(a[t1], b[t2], np.array([t]))[j])
-    eps = float(event_bound(k1, n1, k2, n2, delta, confidence))
-    return Bound(max(eps, 0.0), name, _TESTS[j], t, (k1, n1, k2, n2), best[0])
+def canary_audit(mech: Mechanism,          # the mechanism at its canary setting (one canary attaining the sensitivity)
+                 m: int,                   # canaries
+                 claimed: float,           # the ε audited
+                 delta: float = 0.0,
+                 how: str = "gaussian",    # how the controls scale the noise down (one of CONTROLS)
+                 factors=(2, 4),           # the controls' reductions, smallest first until one is caught
+                 mu: float | None = None,  # μ of the ceiling and of the choice of k (None: gdp_mu(claimed, delta))
+                 released=("item_bias",),  # the released per-item arrays scored
+                 pair: str = "user", scale=(1.0, 5.0), confidence: float = 0.95, seed: int = 0):
+    "(honest, {f: control}, k, ceiling): §5.2's one-run bound of `mech` with m canaries, and its controls'."
+    mu = gdp_mu(claimed, delta) if mu is None else mu
+    ceiling, k = canary_ceiling(mu, m, delta, confidence)
+    plus, minus = (_canary_fit(mech, how, 1e4, canary_data(m, pair, *scale, S=np.full(m, s))[0], 0, released) for s in (True, False))
+    def bound(j, f):
+        coins, noise = (int(np.random.SeedSequence([seed, j, w]).generate_state(1)[0] >> 1) for w in (1, 2))
+        D, S = canary_data(m, pair, *scale, seed=coins)
+        v = guess_count(canary_scores(_canary_fit(mech, how, f, D, noise, released), plus, minus), S, k)
+        eps = one_run_epsilon(m, k, v, delta, confidence)
+        return Bound(eps, f"one run, {m:,} canaries ({'+'.join(released)})", f"W correct of k guesses (top/bottom {k // 2:,})",
+                     float(k), (v, k, k - v, k), eps)
+    honest, controls = bound(0, 1), {}
+    for j, f in enumerate(sorted(factors), 1):
+        controls[f] = bound(j, f)
+        if controls[f].epsilon > claimed: break
+    return honest, controls, k, ceiling
 
 # %% ../nbs/12_audit.ipynb #4d2b4206
 @dataclass(frozen=True)
@@ -226,6 +192,11 @@ class AuditSetting:
     exact: str = ""              # 'objective': the exact log-ratio of L2-Laplace objective perturbation with U given
     runs: int = 2000             # runs per data set in the batch's quick profile
     factors: tuple = (2, 4)      # the controls' noise reductions, in order, until one is caught
+    statistic: str = ""         # 'direction': the fixed statistic of §5.1 (a Gaussian release); '': the best of §5's
+    canaries: int = 0            # m > 0: the headline bound is §5.2's one-run audit with m canaries (the many-run audit beside it)
+    canary_params: dict = field(default_factory=dict)  # the canary fits' parameters on top of `params`: one canary attains the sensitivity
+    canary_release: tuple = ("item_bias",)  # the released per-item arrays scored for each canary
+    note: str = ""               # why the audit is inconclusive and what it would take
 
 AUDITS = {
     "hua": AuditSetting(dict(d=1), "noise_multiplier", given="U", exact="objective", runs=10_000),
@@ -235,12 +206,18 @@ AUDITS = {
                             fixed_rows=(2,), given="U", exact="objective", runs=10_000),
     "gauss": AuditSetting(dict(d=1, epochs=2, lr=1.0, step_epsilon=0.1), "rating_range", n_users=1, n_items=1, fixed=(0,),
                           runs=10_000),
-    "sgld": AuditSetting(dict(d=1, epochs=5, max_ratings=2), "epsilon", n_users=2, fixed=(2, 3), fixed_rows=(1,), runs=1500, factors=(2, 4, 16)),
-    "dp-bias": AuditSetting(dict(epsilon=1.0, max_ratings=2), "gaussian", fixed_rows=(1,), runs=8000),
-    "dp-bias-features": AuditSetting(dict(epsilon=1.0, max_ratings=2, prior_share=0.5), "gaussian", fixed_rows=(1,), runs=8000),
+    "sgld": AuditSetting(dict(d=1, epochs=5, max_ratings=2), "epsilon", n_users=2, fixed=(2, 3), fixed_rows=(1,), runs=1500, factors=(2, 4, 16),
+                         note="the worst pair's privacy loss at this setting is about 0.64 at claimed ε = 1 (an outside estimate), so the 2× "
+                              "control's is about 1.3 on rare outputs: catching it would take about 3×10⁶ runs a side"),
+    "dp-bias": AuditSetting(dict(epsilon=1.0, max_ratings=2), "gaussian", fixed_rows=(1,), runs=8000, statistic="direction",
+                            canaries=1_000_000, canary_params=dict(max_ratings=1)),
+    "dp-bias-features": AuditSetting(dict(epsilon=1.0, max_ratings=2, prior_share=0.5), "gaussian", fixed_rows=(1,), runs=8000,
+                                     statistic="direction", canaries=1_000_000, canary_params=dict(max_ratings=1, prior_share=0.0)),
     "dpals": AuditSetting(dict(d=1, epochs=1, max_ratings=2, epsilon=1.0), "gaussian", fixed=(4,), fixed_rows=(1, 3),
-                      runs=8000),
-    "xin": AuditSetting(dict(d=1, mode="sslp", epochs=5), "epsilon", fixed=(0,), fixed_rows=(2, 3)),
+                      runs=8000, statistic="direction", canaries=1_000_000, canary_params=dict(max_ratings=1, count_share=0.99)),
+    "xin": AuditSetting(dict(d=1, mode="sslp", epochs=5), "epsilon", fixed=(0,), fixed_rows=(2, 3),
+                        note="the released V is blind to the sign of a private user's response; the local guarantee lives in the "
+                             "responses, so an audit that could catch a control must read each private user's response, not V"),
 }
 
 # %% ../nbs/12_audit.ipynb #a5e2dd96
@@ -253,13 +230,27 @@ class AuditResult:
     runs_needed: float | None = None   # where the first control was not caught: runs a side that would catch it (inf, 'never' in the record: none would)
     seconds: float = 0.0
     condition: str = ""          # what a conditional guarantee assumes (the audit gives it: a fixed U; runs that raised set aside)
+    gdp: float | None = None     # μ̂: the μ-GDP lower bound of the headline test (§5.1; a canary audit's: the μ through (ε̂, δ))
+    gdp_claimed: float | None = None   # μ of the analytic calibration's GDP statement at the claimed (ε, δ) (Gaussian releases)
+    ceiling: float | None = None # ε̂ of the ideal test at the true μ = gdp_claimed, at this run (or canary) count (§5.1, §5.2)
+    canaries: int = 0            # m of the one-run headline audit (0: the many-run audit is the headline)
+    runs_audit: dict | None = None   # beside a one-run headline: the many-run audit's ε̂, μ̂, ceiling, controls
+    note: str = ""               # why an inconclusive audit is so, and what it would take
 
     def summary(self) -> str:
         "One line: claim, ε̂, controls, verdict."
         ctl = ", ".join(f"noise/{f:g}: ε̂ = {b.epsilon:.3g}{' (caught)' if b.epsilon > self.claimed else ''}" for f, b in self.controls.items())
         err = f"; fits raised on {self.errors[0]:.1%} of D's runs and {self.errors[1]:.1%} of D''s" if any(self.errors) else ""
-        return (f"{self.mechanism}: {self.claim} ε = {self.claimed:.3g} per {self.unit} ({self.pair} pair, {self.runs:,} runs a side); "
-                f"audited ε̂ ≥ {self.honest.epsilon:.3g} (95 %, {self.honest.statistic}); {ctl}; {self.verdict}{err}")
+        how = f"one run with {self.canaries:,} canaries" if self.canaries else f"{self.runs:,} runs a side"
+        gdp = (f"; μ-GDP lower bound μ̂ ≥ {self.gdp:.3g} (the analytic calibration's GDP statement: μ = {self.gdp_claimed:.3g})"
+               if self.gdp is not None and self.gdp_claimed is not None else "")
+        ceil = f"; ceiling (ideal test at the true μ, {how}): ε̂ ≤ {self.ceiling:.3g}" if self.ceiling is not None else ""
+        ra = self.runs_audit
+        many = (f"; beside it, {ra['runs']:,} runs a side ({ra['statistic']}): ε̂ ≥ {ra['epsilon']:.3g}, μ̂ ≥ {ra['gdp']:.3g}, "
+                f"ceiling {ra['ceiling']:.3g}, controls " + ", ".join(f"noise/{f}: {e:.3g}" for f, e in ra["controls"].items())) if ra else ""
+        note = f"; {self.note}" if self.note and self.caught_at is None else ""
+        return (f"{self.mechanism}: {self.claim} ε = {self.claimed:.3g} per {self.unit} ({self.pair} pair, {how}); "
+                f"audited ε̂ ≥ {self.honest.epsilon:.3g} (95 %, {self.honest.statistic}){ceil}{gdp}; {ctl}; {self.verdict}{err}{many}{note}")
 
     def __repr__(self): return f"AuditResult({self.summary()})"
 
@@ -267,34 +258,9 @@ class AuditResult:
         "A JSON-ready dict (the batch's record of this audit)."
         d = asdict(self); d["controls"] = {f"{f:g}": asdict(b) for f, b in self.controls.items()}
         if self.runs_needed is not None and math.isinf(self.runs_needed): d["runs_needed"] = "never"   # JSON has no infinity
+        if self.runs_audit and self.runs_audit.get("runs_needed") is not None and math.isinf(self.runs_audit["runs_needed"]):
+            d["runs_audit"]["runs_needed"] = "never"
         return d
-
-# %% ../nbs/12_audit.ipynb #57cfdb94
-def verdict(claimed: float, honest: Bound, controls: dict, claim: str = "guarantee", condition: str = "") -> tuple[float | None, str]:
-    "(the smallest f whose control was caught, the verdict): violated, consistent (with the power shown) or inconclusive."
-    caught = min((f for f, b in controls.items() if b.epsilon > claimed), default=None)
-    what = "the paper's claim" if claim.startswith("paper") else f"the {claim}"
-    given = f"; the guarantee assumes: {condition.strip().rstrip('.')}" if condition else ""
-    if honest.epsilon > claimed: return caught, f"VIOLATED: ε̂ = {honest.epsilon:.3g} exceeds {what} ε = {claimed:.3g}{given}"
-    if caught is None: return None, f"inconclusive: no control was caught, so the audit could not have seen a violation{given}"
-    return caught, f"consistent with {what} (the audit caught {caught:g}x too little noise){given}"
-
-def runs_needed(stats: dict, claimed: float, delta: float = 0.0, confidence: float = 0.95, select: float = 0.3,
-                n_thresholds: int = 101) -> float:
-    "Runs a side at which a test of `stats` ({name: (s on D, s on D')}) would bound ε above `claimed` were its observed rates true (optimistic: chosen on the same runs); inf: none would."
-    best = math.inf
-    for a, b in stats.values():
-        pool = np.concatenate([a, b]); pool = pool[~np.isnan(pool)]
-        if len(pool) == 0: continue
-        ts = np.unique(np.quantile(pool, np.linspace(0, 1, n_thresholds)))
-        for k1, n1, k2, n2 in _events(a, b, ts):
-            p, q = k1 / n1, np.maximum(k2, 0.5) / n2
-            ok = (p > delta) & (np.log(np.maximum(p - delta, 1e-300) / q) > claimed)
-            for pi, qi in zip(p[ok], q[ok]):
-                n = 16
-                while n < min(best * (1 - select), 1e10) and float(event_bound(pi * n, n, qi * n, n, delta, confidence)) <= claimed: n *= 2
-                if n < 1e10: best = min(best, n / (1 - select))
-    return best
 
 # %% ../nbs/12_audit.ipynb #bfbb993e
 def _given(setting: AuditSetting, mech: Mechanism, n_users: int) -> dict:
@@ -302,6 +268,12 @@ def _given(setting: AuditSetting, mech: Mechanism, n_users: int) -> dict:
     if setting.given != "U": return {}
     U = np.random.default_rng(12345).standard_normal((n_users, mech.d))
     return {"U": U / np.linalg.norm(U, axis=1, keepdims=True)}
+
+def _direction(setting: AuditSetting, mech: Mechanism, D: Ratings, D2: Ratings, given: dict, released, fixed) -> np.ndarray:
+    "w = x_D − x_D': the releases of the mechanism's own fits on D and D' with its noise scaled down 10⁴-fold, one fixed seed (§5.1)."
+    (x1, _), (x2, _) = (run_releases(mech, d, [0], how=setting.control, f=1e4, given=given, released=released, fixed=fixed)
+                        for d in (D, D2))
+    return np.nan_to_num(x1[0] - x2[0])
 
 def _objective(mech: Mechanism, D: Ratings) -> tuple[float, float, float]:
     "(ε, Δ, λ) of the L2-Laplace objective perturbation that `mech` runs on D with U given (Hua et al.; DP-PMF; PDP-PMF sampling all)."
@@ -367,7 +339,8 @@ def audit(mechanism: str,                 # a registered mechanism's name
           seed: int = 0,                  # seed of the runs' seeds and of the selection split
           jobs: int = 1,                  # worker processes
           progress: bool = False,
-          pool=None) -> AuditResult:          # a process pool to run on (None: one of `jobs` workers is started)
+          pool=None,                      # a process pool to run on (None: one of `jobs` workers is started)
+          canaries: int | None = None) -> AuditResult:   # m of the one-run audit (None: the setting's; 0: none)
     "Audit `mechanism` at its setting (§6): honest runs and controls on the pair, one bound each, the verdict."
     name, setting, mech = _mechanism(mechanism, params)
     factors = tuple(sorted(setting.factors if factors is None else factors))
@@ -380,6 +353,9 @@ def audit(mechanism: str,                 # a registered mechanism's name
     delta = float(report.delta if report.delta is not None else getattr(mech, "delta", 0.0) or 0.0)
     condition = report.condition if report.coverage == "conditional" else ""   # a guarantee "if the fit does not raise": runs that raised are outside it
     fixed = setting.fixed + (setting.fixed_rows if pair in ("value", "user") else ())
+    gauss = setting.control == "gaussian"     # a Gaussian release: its calibration's μ, the ceiling, the GDP bound
+    mu = gdp_mu(claimed, delta) if gauss else None
+    direction = _direction(setting, mech, D, D2, given, report.released, fixed) if setting.statistic == "direction" else None
     own = pool is None and jobs > 1
     pool = _pool(jobs) if own else pool
     try:
@@ -390,7 +366,7 @@ def audit(mechanism: str,                 # a registered mechanism's name
             raised = (e1.mean(), e2.mean())
             if "does not raise" in condition: (X1, e1), (X2, e2) = ((X[~e], e[~e]) for X, e in ((X1, e1), (X2, e2)))
             ex, every = (exact if f == 1 and X1.shape[1] else None), (np.arange(len(e1)), np.arange(len(e2)))
-            return (epsilon_bound(X1, X2, e1, e2, delta, ex, confidence, seed=seed), raised,
+            return (epsilon_bound(X1, X2, e1, e2, delta, ex, confidence, seed=seed, direction=direction), raised,
                     lambda: statistics(X1, X2, e1, e2, *every))
         honest, errors, _ = bound(0, 1)
         controls, first = {}, None
@@ -401,41 +377,63 @@ def audit(mechanism: str,                 # a registered mechanism's name
     finally:
         if own: pool.close(); pool.join()
     caught, words = verdict(claimed, honest, controls, claim, condition)
-    need = None if (caught is not None and caught <= min(factors)) or first is None else runs_needed(first(), claimed, delta, confidence)
+    if (caught is not None and caught <= min(factors)) or first is None: need = None
+    elif gauss: need = runs_for(mu * min(factors), claimed, delta, confidence)   # the ideal test's runs (§5.1)
+    else: need = runs_needed(first(), claimed, delta, confidence)
+    gdp, ceiling = (gdp_bound(honest.counts, confidence), ceiling_runs(mu, runs, delta, confidence)) if gauss else (None, None)
+    m, many = check_int("canaries", setting.canaries if canaries is None else canaries, 0), None
+    if m:    # the one-run audit (§5.2) gives the headline; the many-run audit stays beside it
+        many = dict(runs=runs, epsilon=honest.epsilon, statistic=honest.statistic, gdp=gdp, ceiling=ceiling,
+                    controls={f"{f:g}": b.epsilon for f, b in controls.items()}, caught_at=caught, runs_needed=need)
+        cmech = type(mech)(**{**setting.params, **setting.canary_params, **(params or {})})
+        honest, controls, _, ceiling = canary_audit(cmech, m, claimed, delta, setting.control, factors, mu, setting.canary_release,
+                                                    pair, setting.scale, confidence, seed)
+        caught, words = verdict(claimed, honest, controls, claim, condition)
+        gdp, need = (gdp_mu(honest.epsilon, delta) if gauss else None), None
     return AuditResult(name, claimed, claim, delta, str(report.unit), pair, runs, mech.params(), honest, controls, caught, words,
-                       tuple(float(e) for e in errors), need, time.perf_counter() - t0, condition)
+                       tuple(float(e) for e in errors), need, time.perf_counter() - t0, condition, gdp, mu, ceiling, m, many,
+                       setting.note)
 
 # %% ../nbs/12_audit.ipynb #216fc0d6
 BATCH = (("hua", "hua", {}), ("hua-protocol", "hua-protocol", {}), ("dp-pmf", "dp-pmf", {}), ("pdp-pmf", "pdp-pmf", {}),
          ("gauss paper, J=2, μ=1", "gauss", {}), ("gauss paper, J=5, μ=0.3", "gauss", dict(epochs=5, lr=0.3)),
          ("gauss both", "gauss", dict(variant="both", step_epsilon=0.9, epochs=1)),
          ("sgld", "sgld", {}), ("dp-bias", "dp-bias", {}), ("dpals", "dpals", {}), ("xin sslp", "xin", {}),
-         ("dp-bias-features", "dp-bias-features", {}))
+         ("dp-bias-features", "dp-bias-features", {}),
+         ("pdp-pmf removed, value change", "pdp-pmf", dict(dropped="remove", epsilon=None, threshold=1.0)))
 
 def audit_all(rows=BATCH, scale: float = 1.0, seed: int = 0, jobs: int = 1, progress: bool = False) -> dict:
-    "{label: AuditResult.record()} for the batch's rows, each at its setting's runs times `scale`."
+    "{label: AuditResult.record()} for the batch's rows, each at its setting's runs times `scale` (its canaries times min(scale, 1), at least 10,000)."
     out, pool = {}, _pool(jobs) if jobs > 1 else None
     try:
         for label, name, params in tqdm(rows, desc="audits", disable=not progress):
             runs = max(20, int(AUDITS[name].runs * scale))
-            out[label] = audit(name, runs=runs, params=params, seed=seed, progress=progress, pool=pool).record()
+            m = max(10_000, int(AUDITS[name].canaries * min(scale, 1.0))) if AUDITS[name].canaries else 0
+            out[label] = audit(name, runs=runs, params=params, seed=seed, progress=progress, pool=pool, canaries=m).record()
     finally:
         if pool is not None: pool.close(); pool.join()
     return out
 
 # %% ../nbs/12_audit.ipynb #59d8a3b0
 def audit_table(rec: dict) -> pd.DataFrame:
-    "One row per audit of the record: the claim, ε̂, the controls, the verdict."
-    rows = []
+    "One row per audit of the record: the claim, ε̂ with the ideal test's ceiling and the μ-GDP bound, the controls, the verdict, why an inconclusive one is so."
+    rows, r3 = [], lambda x: None if x is None else round(x, 3)
     for label, r in rec.items():
         ctl = "; ".join(f"/{f}: {c['epsilon']:.3g}" for f, c in sorted(r["controls"].items(), key=lambda fc: float(fc[0])))
-        rows.append({"audit": label, "unit": r["unit"], "pair": r["pair"], "claim": r["claim"], "claimed ε": round(r["claimed"], 3),
-                     "audited ε̂": round(r["honest"]["epsilon"], 3), "statistic": r["honest"]["statistic"],
-                     "controls (noise/f: ε̂)": ctl, "verdict": r["verdict"].split(":")[0].split(" (")[0], "runs": r["runs"]})
+        m, ra = r.get("canaries", 0), r.get("runs_audit")
+        row = {"audit": label, "unit": r["unit"], "pair": r["pair"], "claim": r["claim"], "claimed ε": round(r["claimed"], 3),
+               "audited ε̂": round(r["honest"]["epsilon"], 3), "ceiling ε̂": r3(r.get("ceiling")),
+               "μ̂ (GDP) / claimed μ": (f"{r['gdp']:.3g} / {r['gdp_claimed']:.3g}" if r.get("gdp_claimed") is not None else ""),
+               "statistic": r["honest"]["statistic"], "controls (noise/f: ε̂)": ctl,
+               "verdict": r["verdict"].split(":")[0].split(" (")[0], "runs": r["runs"], "canaries": m,
+               "many runs: ε̂ / ceiling / μ̂": (f"{ra['epsilon']:.3g} / {ra['ceiling']:.3g} / {ra['gdp']:.3g}; "
+                                              + "; ".join(f"/{f}: {e:.3g}" for f, e in ra["controls"].items())) if ra else "",
+               "why inconclusive, what it would take": r.get("note", "") if r["caught_at"] is None else ""}
+        rows.append(row)
     return pd.DataFrame(rows).set_index("audit")
 
 def figure_audit(rec: dict):
-    "Claimed ε against audited ε̂ (filled: honest; open: the first control caught, or the last run), the line ε̂ = ε."
+    "Claimed ε against audited ε̂ (filled: honest; open: the first control caught, or the last run; dash: the ceiling), the line ε̂ = ε."
     fig, ax = plt.subplots(figsize=(6.2, 4.6))
     top = max(max(r["claimed"], r["honest"]["epsilon"], *(c["epsilon"] for c in r["controls"].values())) for r in rec.values())
     ax.plot([1e-2, 2 * top], [1e-2, 2 * top], color="0.6", lw=1, label="ε̂ = ε (audit meets the claim)")
@@ -443,13 +441,14 @@ def figure_audit(rec: dict):
         c = plt.cm.tab20(k % 20); ctl = max(r["controls"].items(), key=lambda fc: float(fc[0]))
         ax.scatter(r["claimed"], max(r["honest"]["epsilon"], 1e-2), color=c, s=40, label=label, zorder=3)
         ax.scatter(r["claimed"], max(ctl[1]["epsilon"], 1e-2), facecolor="none", edgecolor=c, s=60, zorder=3)
+        if r.get("ceiling") is not None: ax.scatter(r["claimed"], max(r["ceiling"], 1e-2), marker="_", color=c, s=160, zorder=3)
     ax.set(xscale="log", yscale="log", xlabel="claimed ε", ylabel="audited ε̂ (95 % lower bound)",
-           title="Filled: honest run; open: its control (noise/2 or /4)")
+           title="Filled: honest run; open: its control (noise/2 or /4); dash: the ideal test's ceiling")
     ax.legend(fontsize=7, ncol=2, loc="upper left"); fig.tight_layout()
     return fig
 
 # %% ../nbs/12_audit.ipynb #da577223
-PAPER_AUDITS = {"hua": ("hua", "hua-protocol"), "pdp": ("dp-pmf", "pdp-pmf"), "sgld": ("sgld",),
+PAPER_AUDITS = {"hua": ("hua", "hua-protocol"), "pdp": ("dp-pmf", "pdp-pmf", "pdp-pmf removed, value change"), "sgld": ("sgld",),
                 "gauss": ("gauss paper, J=2, μ=1", "gauss paper, J=5, μ=0.3", "gauss both"), "xin": ("xin sslp",), "dpals": ("dpals",)}
 
 def audited_clause(rec: dict, key: str) -> str:
@@ -457,7 +456,10 @@ def audited_clause(rec: dict, key: str) -> str:
     def one(label):
         r = rec[label]; c = r["caught_at"]
         ctl = f"noise/{c:g} control caught" if c is not None else "no control caught"
-        return f"{label} ε̂ ≥ {r['honest']['epsilon']:.2f} at claimed {r['claimed']:.3g} ({ctl}: {r['verdict'].split(':')[0].split(' (')[0]})"
+        extra = (f"; {r['canaries']:,} canaries, one run" if r.get("canaries") else "") + \
+                (f"; ideal test's ceiling {r['ceiling']:.2f}" if r.get("ceiling") is not None else "") + \
+                (f"; μ-GDP μ̂ ≥ {r['gdp']:.3g} of claimed μ = {r['gdp_claimed']:.3g}" if r.get("gdp_claimed") is not None else "")
+        return f"{label} ε̂ ≥ {r['honest']['epsilon']:.2f} at claimed {r['claimed']:.3g}{extra} ({ctl}: {r['verdict'].split(':')[0].split(' (')[0]})"
     return "**Audited:** " + "; ".join(one(l) for l in PAPER_AUDITS[key] if l in rec) + " ([12_audit](12_audit.ipynb))"
 
 def sync_papers_table(index=None, results=None) -> bool:

@@ -14,7 +14,7 @@ from .checks import Choice, Float, Fraction, Int, Positive, check_choice, check_
 from .data import Ratings
 from .mechanism import Factors, Mechanism, register_mechanism
 from .privacy import NEIGHBOURING, PrivacyAccountant, PrivacyReport, Unit
-from .privacy import gaussian_epsilon, gaussian_sigma_analytic
+from .privacy import gaussian_epsilon, gaussian_release, gaussian_sigma_analytic
 
 # %% auto #0
 __all__ = ['LOCAL_SCOPE', 'no_factors', 'ridge_offsets', 'public_mean', 'GlobalMean', 'UserMean', 'ItemMean', 'als_biases',
@@ -164,9 +164,9 @@ def release_item_totals(ratings: Ratings, mean: float, max_ratings: int, sigma: 
     "(S̃, C̃, kept): each user trimmed to `max_ratings`, centred on `mean`, clipped, summed per item, and noised (σ on w)."
     kept = keep_per_user(ratings.user, max_ratings, rng_keep)
     S, C = item_totals(ratings.take(kept), mean)
-    xi = rng_noise.standard_normal((2, ratings.n_items))
     half = (ratings.rating_max - ratings.rating_min) / 2
-    return S + half * sigma * xi[0], C + sigma * xi[1], kept
+    St, Ct = gaussian_release(np.stack([S, C]), np.array([[half * sigma], [sigma]]), rng_noise, "item sums and counts")
+    return St, Ct, kept
 
 # %% ../nbs/09_baselines.ipynb #85b2d4c5
 @register_mechanism("dp-bias")
@@ -191,15 +191,15 @@ class DPBiases(Mechanism):
 
 # %% ../nbs/09_baselines.ipynb #cb9eadea
 @patch
-def privacy_report(self: DPBiases, z: float, sigma: float, n_kept: int, n: int) -> PrivacyReport:
-    "The report of one release with noise multiplier z: the target ε (the exact ε of z does not exceed it)."
+def privacy_report(self: DPBiases, z: float, sigma: float) -> PrivacyReport:
+    "The report of one release with noise multiplier z: the target ε (the exact ε of z does not exceed it); every number in it is a parameter's or follows from them."
     exact = gaussian_epsilon(z, self.delta)
     if exact > self.epsilon * (1 + 1e-9): raise RuntimeError(f"calibration failed: z={z:g} gives ε={exact:g} > {self.epsilon:g}")
     acc = PrivacyAccountant(unit="user", neighbouring=self.neighbouring, released=("item_bias",))
     scope = ("the released item offsets (the offset m0 and the parameters are public); each user's bias is fitted on the "
              "user's device and never released; parameters chosen by looking at the data are not covered")
     notes = (f"one Gaussian on w = (item sums / (R/2), item counts) of each user's <= {self.max_ratings} ratings "
-             f"({n_kept:,} of {n:,} kept), sensitivity {bias_sensitivity(self.max_ratings, self.neighbouring):.4g}, "
+             f"(a uniformly random subset of a user with more; how many were kept is data-dependent and not printed), sensitivity {bias_sensitivity(self.max_ratings, self.neighbouring):.4g}, "
              f"sigma {sigma:.4g}; exact epsilon of z: {exact:.6g}")
     rep = acc.gaussian(z, 1, "item sums and counts").report(self.delta, "rdp", notes, scope)
     return replace(rep, epsilon=self.epsilon, method=f"analytic Gaussian (Balle & Wang 2018, Thm 8), one release, z = {z:.4g}; "
@@ -213,4 +213,4 @@ def _fit(self: DPBiases, train: Ratings, progress: bool = False) -> Factors:
     half = (train.rating_max - train.rating_min) / 2
     c = np.clip(item_offsets(S, C, self.reg, sigma, half), train.rating_min - m0, train.rating_max - m0)   # post-processing
     b = ridge_offsets(train.user, train.rating - m0 - c[train.item], train.n_users, self.reg_local)       # on each device
-    return Factors(*no_factors(train), b, c, m0, privacy=self.privacy_report(z, sigma, len(kept), len(train)), params={"mean": m0})
+    return Factors(*no_factors(train), b, c, m0, privacy=self.privacy_report(z, sigma), params={"mean": m0})

@@ -15,7 +15,7 @@ from .data import Ratings
 from .kernels import als_sweep, to_csr
 from .hua import _normal_equations, clip_rows
 from .mechanism import Factors, Mechanism, register_mechanism
-from .privacy import NEIGHBOURING, PrivacyAccountant, PrivacyReport, Unit, gaussian_epsilon, gaussian_sigma_analytic
+from .privacy import NEIGHBOURING, PrivacyAccountant, PrivacyReport, Unit, gaussian_epsilon, gaussian_release, gaussian_sigma_analytic
 from .baselines import bias_sensitivity, item_offsets, keep_per_user, public_mean, release_item_totals
 
 # %% auto #0
@@ -48,8 +48,8 @@ def dpals_sensitivity(max_ratings: int, neighbouring: str = "replace") -> float:
 # %% ../nbs/10_dpals.ipynb #df19d64a
 def noisy_statistics(A, beta, sigma_A: float, sigma_beta: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     "(½(Ã + Ãᵀ), β̃): Ã = A + σ_A G with G i.i.d. standard normal per entry, β̃ = β + σ_β ξ."
-    G = rng.standard_normal(A.shape)
-    return A + sigma_A * 0.5 * (G + np.swapaxes(G, 1, 2)), beta + sigma_beta * rng.standard_normal(beta.shape)
+    return (gaussian_release(A, sigma_A, rng, "Gram matrices A_j", symmetric=True),
+            gaussian_release(beta, sigma_beta, rng, "right-hand sides beta_j"))
 
 def solve_items(A, beta, reg) -> np.ndarray:
     "v_j = (P(A_j) + reg_j I)⁻¹ β_j for symmetric A_j, P the projection on PSD matrices; `reg` a number or one per item."
@@ -159,7 +159,7 @@ def privacy_report(self: DPALS, z0: float, z: float) -> PrivacyReport:
     scope = ("joint DP: V, the item offsets and noisy counts, and anything computed from them; each user's u_i and b_i are "
              "computed on the user's device and released to no one (the model's U and user_bias stand for those devices: "
              "not covered, never to be published or served to others); the item catalogue and user roster are taken as "
-             "public; the fit's time and any validation score, and parameters chosen by looking at the data, are not covered")
+             "public; any validation score, and parameters chosen by looking at the data, are not covered")
     rep = acc.report(self.delta, "rdp", f"Gaussian-DP mu = {mu:.4g}; exact epsilon {exact:.6g}", scope)
     return replace(rep, epsilon=self.epsilon, method=f"{self.epochs + 1} Gaussian releases composed exactly in Gaussian DP "
                    f"(Dong, Roth & Su 2019), analytic conversion (Balle & Wang 2018); the PrivacyAccountant's RDP bound: epsilon <= {rep.epsilon:.4g}")
@@ -173,7 +173,6 @@ def by_item(train: Ratings, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
 
 @patch
 def _fit(self: DPALS, train: Ratings, progress: bool = False) -> Factors:
-    train.validate()        # a repeated (user, item) pair would count twice against τ: refused by name, before any work
     m0, lo, hi = public_mean(train, self.mean), train.rating_min, train.rating_max
     clip_r = (hi - lo) / 2 if self.clip_rating is None else self.clip_rating
     z0, z = noise_multipliers(self.epsilon, self.delta, self.epochs, self.count_share)

@@ -227,7 +227,8 @@ def report(self: GaussMF, J_run: int, tau: float, span: float | None = None, k: 
     else:
         scope = ("X and Θ (noise on both gradients, both released), end to end over the J steps; one rating's value changes, "
                  "the rating pattern is public; a user's several ratings only by group privacy; the training-RMSE history "
-                 "and a tol stopping rule read the raw ratings and are not covered")
+                 "and a tol stopping rule read the raw ratings and are not covered; the per-user value's k (the most "
+                 "ratings any user has) is read from the rating pattern, public here")
     notes = (f"neighbouring=replace (one rating's value, |v'-v| <= tau={tau:g}); sigma={sigma:.4g} = tau*C/eps_i*sqrt(2 ln(1.25/delta)); "
              f"{J_run} iterations x {per_step} Gaussian release(s) of noise multiplier z={classic_noise_multiplier(self.step_epsilon, self.step_delta):.4g}; "
              f"epsilon at delta_r={self.delta:g}: closed form {eps['closed_form']:.4f}, RDP {eps['rdp']:.4f}, tight {eps['tight']:.4f}")

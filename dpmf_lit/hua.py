@@ -151,7 +151,8 @@ class HuaDPMF(Mechanism):
     applies = {"epochs": ("solver", ("gd",))}   # the closed form takes no steps
     symbols = {"epsilon": "$\\epsilon$", "d": "$d$", "reg": "$\\lambda$", "max_norm": "$\\lVert u_i\\rVert \\le 1$"}
     SCOPE = ("for V given U, where U is trained non-privately on the same ratings and kept secret; "
-             "the end-to-end map ratings -> V is not epsilon-DP")
+             "the end-to-end map ratings -> V is not epsilon-DP; the rating pattern is public; U's training history "
+             "(its train RMSE per epoch, in the model's history) reads the raw ratings and is not covered")
     _PMF_NAMES = dict(solver="pmf_solver", epochs="pmf_epochs", reg="pmf_reg", lr="pmf_lr")   # PMF's names -> ours
 
     def __init__(self,

@@ -433,6 +433,8 @@ def _report(self: HuaProtocol, train: Ratings, run: ProtocolRun, left_out: int) 
              "(not proven); none against the recommender, which recovers each rater's r_ij u_i" if changing else
              "for V given a non-private U, against parties who see V and do not know H; against the recommender, "
              f"which knows H, only ({eps_items.max():.3g}, 1e-05)-DP for the worst item")
+    scope += ("; the rating pattern is public (who rated what: the ratings left out, the items dropped and the traffic "
+              "in the history follow from it); U's training is not covered")
     return PrivacyReport(
         released=("V",), unit="rating", epsilon=self.epsilon, delta=0.0, scope=scope, coverage="conditional", neighbouring="replace",
         condition="given a non-private U, and against parties who see V and do not know H" + (" (up to a measured gain factor)" if changing else ""),

@@ -338,12 +338,22 @@ def _check_work(mech: Mechanism, train: Ratings):
 
 # %% ../nbs/01b_mechanism.ipynb #1ccec54b
 def _check_data(train, valid):
+    "Refuse data a fit cannot take, before any work: `Ratings.validate()` of both (a repeated pair or a rating outside the scale breaks every sensitivity bound)."
     if not isinstance(train, Ratings): raise ValueError(f"train must be a Ratings object, got {type(train).__name__}")
     if len(train) == 0: raise ValueError(f"train={train.name!r} is empty: nothing to fit")
+    _validated(train, "train")
     if valid is not None and not (isinstance(valid, Ratings) and (valid.n_users, valid.n_items) == (train.n_users, train.n_items)):
         got = repr(valid) if isinstance(valid, Ratings) else type(valid).__name__
         raise ValueError(f"valid must be Ratings on the train matrix ({train.n_users:,} x {train.n_items:,}), e.g. the other part "
                          f"of a split; got {got}")
+    if valid is not None: _validated(valid, "valid")
+
+def _validated(data: Ratings, arg: str):
+    "`data.validate()`, its error naming the argument `arg` (shapes, dtypes, codes, NaN, the rating scale, repeated pairs)."
+    try: data.validate()
+    except ValueError as e:
+        msg, head = str(e), f"ratings {data.name!r}: "
+        raise ValueError(f"{arg}={data.name!r}: {msg[len(head):] if msg.startswith(head) else msg}") from None
 
 def _check_extra(mech: Mechanism, extra: dict):
     "Refuse a keyword `fit` passes to `_fit` that `_fit` does not take, naming the ones it does."

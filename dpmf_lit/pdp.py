@@ -364,16 +364,22 @@ def report(self: PDPPMF, train: Ratings, spec: PrivacySpec, t: float) -> Privacy
     met = float(np.mean(per <= spec.epsilon + 1e-12))
     covered = dict(epsilon=float(per.max()), delta=0.0, coverage="conditional",
                    condition=f"given U{_V0(self)}, trained without noise on the sample and not released")
-    if self.dropped == "remove":   # the paper's neighbour (a rating removed) changes the pattern: no guarantee; a value change is in the notes
-        covered = dict(epsilon=None, method_note="; the paper's personalized guarantee does "
-                       f"not hold under its own neighbour (a rating removed); what holds: V given U is {per.max():.4g}-DP for a value change, no personalization")
+    if self.dropped == "remove":   # the paper's neighbour (a rating removed) changes the pattern: no guarantee for it; a value change holds
+        covered = dict(epsilon=float(per.max()), delta=0.0, coverage="conditional",
+                       condition=f"given U{_V0(self)}, trained without noise on the sample and not released, and for a rating's "
+                                 "value replaced only (the paper's neighbour, a rating removed, has no guarantee)",
+                       method_note="; the paper's personalized guarantee does not hold under its own neighbour (a rating removed); "
+                                   "what holds is the value change, with no personalization")
     nb = ("a rating set to 0 (the paper's neighbour) or its value replaced, the rating pattern public" if self.dropped == "zero"
           else "a rating's value replaced, the rating pattern public")
     note = covered.pop("method_note", "")
     return PrivacyReport(
         released=("V",), unit="rating", neighbouring="replace", **covered,
         scope=f"personalized, for V given U ({nb}); U is trained without noise on the sample and not covered; "
-              "no finite epsilon under add/remove" + ("" if self.dropped == "zero" else "; no amplification by the sampling"),
+              "no finite epsilon under add/remove" + ("" if self.dropped == "zero" else "; no amplification by the sampling")
+              + "; by the paper's design the threshold t (t_value), the sampled share (kept_fraction) and the per-rating "
+              "ranges printed are read from the per-rating levels ε_ij drawn for the training ratings: functions of the "
+              "rating pattern (public here) and the seed, not covered when the pattern changes",
         method=f"Random Sampling (Alg. 1) with t = {t:.4g}, then objective perturbation at eps = t, Delta = {Delta:g}, "
                f"noise={self.noise}, solver={self.solver}, dropped={self.dropped}" + note,
         notes=(f"per rating: delivered eps in [{per.min():.4g}, {per.max():.4g}] (mean {per.mean():.4g}); requested eps_ij in "

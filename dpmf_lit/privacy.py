@@ -18,9 +18,10 @@ from .checks import Check, check_choice, check_float, check_fraction, check_int,
 from .checks import show
 
 # %% auto #0
-__all__ = ['NEIGHBOURING', 'DEFAULT_ORDERS', 'COVERAGE', 'gaussian_noise', 'laplace_noise', 'gaussian_delta', 'gaussian_epsilon',
-           'gaussian_sigma_analytic', 'gaussian_sigma_classic', 'laplace_mechanism', 'gaussian_mechanism',
-           'l2_laplace_noise', 'gaussian_rdp', 'laplace_rdp', 'pure_dp_rdp', 'rdp_to_dp', 'classic_noise_multiplier',
+__all__ = ['NEIGHBOURING', 'DEFAULT_ORDERS', 'COVERAGE', 'TIME_CLAUSE', 'GROUP_CLAUSE', 'gaussian_noise', 'laplace_noise',
+           'gaussian_delta', 'gaussian_epsilon', 'gaussian_sigma_analytic', 'gaussian_sigma_classic',
+           'laplace_mechanism', 'gaussian_mechanism', 'gaussian_release', 'observe_releases', 'l2_laplace_noise',
+           'gaussian_rdp', 'laplace_rdp', 'pure_dp_rdp', 'rdp_to_dp', 'classic_noise_multiplier',
            'gaussian_epsilon_classic_optimum', 'gaussian_epsilon_exact', 'gaussian_epsilon_rdp',
            'dp_accounting_rdp_epsilon', 'dp_accounting_pld_epsilon', 'group_privacy', 'PrivacyReport', 'fit_randomness',
            'check_unit', 'Unit', 'PrivacyAccountant']
@@ -106,6 +107,24 @@ def gaussian_mechanism(value, l2_sensitivity: float, epsilon: float, delta: floa
     sig = (gaussian_sigma_analytic if calibration == "analytic" else gaussian_sigma_classic)(epsilon, delta, l2_sensitivity)
     value = np.asarray(value, dtype=np.float64)
     return value + gaussian_noise(value.shape, sig, seed, np.float64)
+
+# %% ../nbs/02_privacy.ipynb #28de09bf
+_OBSERVERS: list = []
+
+def gaussian_release(value, sigma, rng: np.random.Generator, label: str = "release", symmetric: bool = False) -> np.ndarray:
+    "`value` + σ ξ (float64), ξ i.i.d. N(0, 1) drawn from `rng`; `symmetric`: a stack of square matrices gets σ (G + Gᵀ)/2."
+    value = np.asarray(value, np.float64)
+    xi = rng.standard_normal(value.shape)
+    out = value + sigma * (0.5 * (xi + np.swapaxes(xi, -1, -2)) if symmetric else xi)
+    for observe in _OBSERVERS: out = observe(label, value, sigma, xi, out, symmetric)
+    return out
+
+# %% ../nbs/02_privacy.ipynb #a2180105
+class observe_releases:
+    "Context manager: `observer(label, value, sigma, xi, out, symmetric)` sees every `gaussian_release` in the block; what it returns is released."
+    def __init__(self, observer): self.observer = observer
+    def __enter__(self): _OBSERVERS.append(self.observer); return self.observer
+    def __exit__(self, *exc): _OBSERVERS.remove(self.observer)
 
 # %% ../nbs/02_privacy.ipynb #e16d52c6
 def l2_laplace_noise(n: int, d: int, scale: float, seed=0) -> np.ndarray:
@@ -306,10 +325,19 @@ def __str__(self: PrivacyReport) -> str: return self.summary()
 
 
 # %% ../nbs/02_privacy.ipynb #979c4f7e
+TIME_CLAUSE = "the fit's wall time (fit_seconds, and any seconds in the history) is measured on the data and not covered"
+GROUP_CLAUSE = ("the per-user value (epsilon_user) is group privacy over k, the most ratings any user has, read from "
+                "the data: k is not covered")
+
+def _with(scope: str, clause: str) -> str:
+    "`scope` with `clause` appended (once)."
+    scope = (scope or "").strip().rstrip(".; ")
+    return scope if clause in scope else "; ".join(x for x in (scope, clause) if x)
+
 def fit_randomness(report: PrivacyReport, seed, secret: bool, user_counts: np.ndarray | None = None, seeded: bool = True) -> PrivacyReport:
     """`report` as a fit releases it: randomness 'secret' (a seed drawn from the OS for this fit, never stored) or 'public'
     (`seed`) for a mechanism that draws (`seeded`), and, for a per-rating guarantee, the per-user value by group privacy
-    over the most ratings any user has."""
+    over the most ratings any user has. Its scope says what a fit prints that no guarantee covers: the wall time, and k."""
     if report.method == "non-private": return report
     out = dict(randomness="secret" if secret else "public", seed=None if secret else seed) if seeded else {}
     if report.private and report.unit == "rating" and report.epsilon_user is None and user_counts is not None and len(user_counts):
@@ -317,6 +345,8 @@ def fit_randomness(report: PrivacyReport, seed, secret: bool, user_counts: np.nd
         out["epsilon_user"], out["delta_user"] = group_privacy(report.epsilon, report.delta or 0.0, k)
         out["user_note"] = (f"group privacy over k = {k} ratings, the most any user has in the training data "
                             "(k is read from the data and is not itself private; trimming users to a public k would make it so)")
+        out["scope"] = _with(out.get("scope", report.scope), GROUP_CLAUSE)
+    out["scope"] = _with(out.get("scope", report.scope), TIME_CLAUSE)
     return replace(report, **out)
 
 def check_unit(name: str, value, units: tuple) -> str:

@@ -14,7 +14,7 @@ from .checks import Choice, Float, Fraction, Int, Positive, check_float
 from .data import Ratings
 from .kernels import als_sweep, to_csr
 from .mechanism import Factors, Mechanism, register_mechanism
-from .privacy import NEIGHBOURING, PrivacyAccountant, PrivacyReport, Unit, gaussian_epsilon, gaussian_sigma_analytic
+from .privacy import NEIGHBOURING, PrivacyAccountant, PrivacyReport, Unit, gaussian_epsilon, gaussian_release, gaussian_sigma_analytic
 from .hua import clip_rows
 from .baselines import DPBiases, bias_sensitivity, item_offsets, public_mean, release_item_totals
 
@@ -74,7 +74,7 @@ def release_prior(theta, max_norm: float, sigma: float, rng: np.random.Generator
     "θ̄ = (Σ_i clip(θ_i, max_norm) + σ ξ) / n: the users' clipped local coefficients, averaged with Gaussian noise (σ on the sum)."
     theta = np.where(np.isfinite(theta), theta, 0.0)    # a device whose solve failed sends zeros: no data-dependent error
     s = clip_rows(theta, max_norm).sum(0)
-    return (s + sigma * rng.standard_normal(s.shape)) / len(theta)
+    return gaussian_release(s, sigma, rng, "prior: sum of clipped coefficients") / len(theta)
 
 # %% ../nbs/13_public_features.ipynb #e13c0027
 @register_mechanism("dp-bias-features")
@@ -100,7 +100,7 @@ class DPBiasFeatures(Mechanism):
 
 # %% ../nbs/13_public_features.ipynb #e13c0028
 @patch
-def privacy_report(self: DPBiasFeatures, z1: float, z2: float, sigma: float, n_kept: int, n: int) -> PrivacyReport:
+def privacy_report(self: DPBiasFeatures, z1: float, z2: float, sigma: float) -> PrivacyReport:
     "The end-to-end report of the one or two Gaussian releases: the target ε, after checking the composed releases do not exceed it."
     prior = math.isfinite(z2)
     mu = math.sqrt(z1 ** -2 + (z2 ** -2 if prior else 0.0))
@@ -124,7 +124,6 @@ def privacy_report(self: DPBiasFeatures, z1: float, z2: float, sigma: float, n_k
 # %% ../nbs/13_public_features.ipynb #e13c0029
 @patch
 def _fit(self: DPBiasFeatures, train: Ratings, progress: bool = False) -> Factors:
-    train.validate()        # a repeated (user, item) pair would count twice against τ: refused by name, before any work
     m0, X = public_mean(train, self.mean), public_features(train)
     z1, z2 = split_multipliers(self.epsilon, self.delta, self.prior_share)
     sigma = z1 * bias_sensitivity(self.max_ratings, self.neighbouring)
@@ -142,5 +141,5 @@ def _fit(self: DPBiasFeatures, train: Ratings, progress: bool = False) -> Factor
     W[:, :X.shape[1]] += theta[1:].astype(np.float32)
     a += np.float32(theta[0])
     history = [{"prior": theta.tolist()}] if math.isfinite(z2) else []     # the released prior, as the audit reads it
-    return Factors(W, V, a, c.astype(np.float32), m0, history, privacy=self.privacy_report(z1, z2, sigma, len(kept), len(train)),
+    return Factors(W, V, a, c.astype(np.float32), m0, history, privacy=self.privacy_report(z1, z2, sigma),
                    params={"mean": m0})

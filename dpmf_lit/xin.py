@@ -260,7 +260,9 @@ def _users(self: XinPublicPrivate, train: Ratings) -> tuple[np.ndarray, np.ndarr
 @patch
 def report(self: XinPublicPrivate, m: int) -> PrivacyReport:
     "The report: ε only for the Laplace baseline; deniability is not DP."
-    base = "public users' ratings are released to the server in full (no protection)"
+    base = ("public users' ratings are released to the server in full (no protection); by the paper's design who is public "
+            "and who responds is chosen from the users' rating counts, so n_public, n_responses and the history's counts "
+            "are not covered, nor the weight chosen on the public users' held-out ratings and its validation scores")
     covered = dict(coverage="conditional", condition="for the private users only (public users' ratings go to the server in full)",
                    neighbouring="replace")
     if self.mode == "laplace":

@@ -134,8 +134,8 @@ def test_reports_state_unit_neighbouring_and_per_rating(split):
     assert zero.privacy.unit == "rating" and zero.privacy.released == ("V",)
     assert zero.privacy.epsilon == pytest.approx(t) and "set to 0" in zero.privacy.scope and "per rating" in zero.privacy.notes
     rem = P.PDPPMF(d=3, k1=5, seed=0).fit(train)
-    assert rem.privacy.coverage == "none" and rem.privacy.epsilon is None and "no amplification" in rem.privacy.scope
-    assert f"{t * 4 / 5:.4g}-DP for a value change" in rem.privacy.method   # what holds is said, not headlined
+    assert rem.privacy.coverage == "conditional" and "value replaced only" in rem.privacy.condition and "no amplification" in rem.privacy.scope
+    assert rem.privacy.epsilon == pytest.approx(t * 4 / 5)   # what holds (a value change) is headlined, with its condition
     fresh = P.DPPMF(d=3, k1=5, seed=0, k2=4, noise="fresh", epsilon=0.5).fit(train)
     assert fresh.privacy.epsilon == pytest.approx(2.0) and "PLD" in fresh.privacy.notes and fresh.params["solver"] == "gd"
     pf = P.PDPPMF(d=3, k1=5, seed=0, k2=4, noise="fresh", dropped="zero").fit(train)

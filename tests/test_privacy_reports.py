@@ -72,11 +72,14 @@ def test_gauss_target_is_the_toolkits_epsilon(split):
     assert math.isclose(dp_accounting_pld_epsilon(z, 14, m.delta), 0.8, rel_tol=2e-3)
 
 
-def test_pdp_remove_reading_has_no_guarantee_and_zero_reading_is_conditional(split):
+def test_pdp_remove_reading_covers_a_value_change_only_and_zero_reading_is_conditional(split):
+    "The remove reading has no guarantee for the paper's neighbour (a rating removed); what it prints is the value change, headlined with that condition (and audited)."
     train, _ = split
-    rem, zero = build("pdp-pmf").fit(train).privacy, build("pdp-pmf", dropped="zero").fit(train).privacy
-    assert rem.coverage == "none" and rem.epsilon is None and "-DP per" not in rem.summary()
-    assert "for a value change" in rem.method
+    model = build("pdp-pmf").fit(train)
+    rem, zero = model.privacy, build("pdp-pmf", dropped="zero").fit(train).privacy
+    assert rem.coverage == "conditional" and rem.summary().startswith("given U") and "value replaced only" in rem.condition
+    assert math.isclose(rem.epsilon, model.params["t_value"] * 4 / 5)          # m (r_max - r_min) / Delta, Delta = r_max
+    assert "does not hold under its own neighbour" in rem.method
     assert zero.coverage == "conditional" and zero.summary().startswith("given U")
     with pytest.raises(ValueError, match="needs dropped='zero'"): build("pdp-pmf", epsilon=0.5)
     with pytest.raises(ValueError, match="not both"): build("pdp-pmf", epsilon=0.5, dropped="zero", threshold=0.4)

@@ -9,7 +9,7 @@ from dpmf_lit.cli import fit_report
 ROWS = [("pmf", {}, 0.901, "non-private"),
         ("sgld", {"epsilon": 1.0}, 1.099, "conditional"), ("sgld", {"epsilon": 10.0}, 1.085, "conditional"),
         ("sgld", {"epsilon": 1000.0}, 0.969, "conditional"),
-        ("dp-pmf", {"epsilon": 0.1}, 2.337, "conditional"), ("pdp-pmf", {}, 2.309, "none"),
+        ("dp-pmf", {"epsilon": 0.1}, 2.337, "conditional"), ("pdp-pmf", {}, 2.309, "conditional"),
         ("gauss", {"step_epsilon": 0.4, "epochs": 300}, 1.012, "none")]
 
 

@@ -1,0 +1,167 @@
+"""No side channel: every number a fit prints (its privacy report, params, history, `dpmf fit --json`) is the same on two
+neighbouring data sets, except the released (noised) arrays and what the report's scope declares not covered."""
+import dataclasses, json
+
+import numpy as np
+import pytest
+
+from dpmf_lit.audit import declared_pair, neighbours
+from dpmf_lit.data import Ratings
+from dpmf_lit.mechanism import mechanisms
+from dpmf_lit.privacy import GROUP_CLAUSE, TIME_CLAUSE
+from dpmf_lit.synthetic import synthetic
+
+GUARANTEED = {"dp-bias", "dp-bias-features", "user-features", "user-mean", "dpals", "hua", "hua-protocol", "dp-pmf",
+              "pdp-pmf", "gauss", "sgld", "xin"}
+
+# What a fit may print that differs between neighbours, each with the words of the scope that declare it not covered.
+# History keys every mechanism may have: the wall time (fit_randomness adds TIME_CLAUSE to every fit's scope).
+HISTORY_EXEMPT = {"*": {"seconds": TIME_CLAUSE},
+                  "hua": {"train_rmse": "U's training history"},                 # U's non-private MF, per epoch
+                  "gauss": {"train_rmse": "training-RMSE history"},
+                  "sgld": {"train_rmse": "per-epoch training history"}}
+# Report fields: the per-user value by group privacy over k, the most ratings any user has (read from the data).
+REPORT_EXEMPT = {"epsilon_user": GROUP_CLAUSE, "delta_user": GROUP_CLAUSE, "user_note": GROUP_CLAUSE}
+PARAMS_EXEMPT = {"xin": {"weight": "the weight chosen on the public users' held-out ratings", "validation": "validation scores"}}
+
+
+def guaranteed():
+    out = []
+    for name, cls in mechanisms().items():
+        rep = make(cls).fit(neighbours("value")[0]).privacy
+        if rep.method != "non-private": out.append(name)
+    return out
+
+
+def make(cls):
+    return cls(**cls.test_params, **({"seed": 0} if "seed" in cls.parameter_names() else {}))
+
+
+def test_every_mechanism_with_a_guarantee_is_checked():
+    assert GUARANTEED <= set(guaranteed())
+
+
+def printed(model, name: str) -> dict:
+    "What a fit prints, less the declared exemptions (each checked against the report's scope)."
+    rep, scope = model.privacy, model.privacy.scope
+    blank = {}
+    for k, why in REPORT_EXEMPT.items():
+        if getattr(rep, k) not in (None, ""):
+            assert why in scope, f"{name}: {k} differs between neighbours but the scope does not declare it: {scope}"
+            blank[k] = None if k != "user_note" else ""
+    rep = dataclasses.replace(rep, **blank)
+    hist_ex = {**HISTORY_EXEMPT["*"], **HISTORY_EXEMPT.get(name, {})}
+    par_ex = PARAMS_EXEMPT.get(name, {})
+    for k, why in {**hist_ex, **par_ex}.items():
+        if any(k in h for h in model.history) or k in model.params: assert why in scope, f"{name}: {k}: {why!r} not in {scope!r}"
+    return {"str": str(rep), "report": rep.to_dict(), "repr": repr(model).replace(f"{model.fit_seconds:.2f} s", ""),
+            "params": {k: v for k, v in model.params.items() if k not in par_ex},
+            "history": [{k: v for k, v in h.items() if k not in hist_ex} for h in model.history]}
+
+
+def same_name(D, D2): return D, dataclasses.replace(D2, name=D.name)
+
+
+def larger_pairs(unit: str):
+    "One user changed: the most active user's ratings all change value; for a per-user guarantee also that user removed."
+    R = synthetic(n_users=120, n_items=30, n_ratings=1500, seed=1, n_features=3)
+    top = np.bincount(R.user).argmax()
+    own = R.user == top
+    r = R.rating.copy()
+    r[own] = np.where(r[own] > 3, 1.0, 5.0).astype(np.float32)
+    pairs = {"user's values": (R, dataclasses.replace(R, rating=r))}
+    if unit == "user": pairs["user removed"] = (R, R.take(np.flatnonzero(~own)))
+    return pairs
+
+
+def diff(a: dict, b: dict) -> list:
+    return [k for k in a if a[k] != b[k]]
+
+
+@pytest.mark.parametrize("name", sorted(GUARANTEED))
+def test_fit_prints_nothing_data_dependent(name):
+    cls = mechanisms()[name]
+    rep = make(cls).fit(neighbours("value")[0]).privacy
+    unit = "user" if str(rep.unit).startswith("user") else "rating"
+    pairs = {declared_pair(rep): neighbours(declared_pair(rep)), **larger_pairs(unit)}
+    for label, (D, D2) in pairs.items():
+        D, D2 = same_name(D, D2)
+        a, b = printed(make(cls).fit(D), name), printed(make(cls).fit(D2), name)
+        bad = diff(a, b)
+        assert not bad, f"{name} on the '{label}' pair prints data-dependent {bad}: " + "; ".join(
+            f"{k}: {a[k]!r} vs {b[k]!r}" for k in bad)
+
+
+def test_dp_bias_does_not_print_how_many_ratings_were_kept():
+    "Seven and six ratings, all kept: the report said '7 of 7' and '6 of 6 kept', a certain distinguisher."
+    cls = mechanisms()["dp-bias"]
+    D, D2 = same_name(*neighbours("user-absent"))
+    a, b = make(cls).fit(D).privacy, make(cls).fit(D2).privacy
+    assert a.notes == b.notes and " kept)" not in a.notes and str(a) == str(b)
+
+
+def _write(path, R):
+    with open(path, "w") as f:
+        for u, i, r in zip(R.user, R.item, R.rating): f.write(f"{u + 1}\t{i + 1}\t{int(r)}\t0\n")
+
+
+@pytest.mark.parametrize("name", sorted(GUARANTEED))
+def test_cli_json_prints_nothing_data_dependent(name, tmp_path, monkeypatch):
+    "`dpmf fit --json` on the declared pair (same file name, same split): only the fields it names as not covered differ."
+    from dpmf_lit.cli import NOT_COVERED, fit_report
+    cls = mechanisms()[name]
+    rep = make(cls).fit(neighbours("value")[0]).privacy
+    pair = {"absent": "value", "user-absent": "user"}.get(declared_pair(rep), declared_pair(rep))   # equal sizes: the same split
+    out = []
+    for side, R in zip("ab", neighbours(pair)):
+        (tmp_path / side).mkdir()
+        _write(tmp_path / side / "r.data", R)
+        monkeypatch.chdir(tmp_path / side)
+        out.append(fit_report(name, "r.data", {**cls.test_params, **({"seed": 0} if "seed" in cls.parameter_names() else {})},
+                              test_fraction=0.2))
+    a, b = out
+    assert all(k in NOT_COVERED for k in ("n_train", "n_test", "test metrics", "fit_seconds", "compile_seconds"))
+    for k in ("privacy", "parameters"):
+        pa, pb = json.loads(json.dumps(a[k])), json.loads(json.dumps(b[k]))
+        if k == "privacy":
+            for f in REPORT_EXEMPT:
+                pa.pop(f), pb.pop(f)
+            pa.pop("summary"), pb.pop("summary")   # holds the per-user value; compared whole above, without it
+        assert pa == pb, f"{name} --json {k}: {pa} vs {pb}"
+    for k in ("mechanism", "dataset", "test_fraction", "seed", "item_features", "not_covered"): assert a[k] == b[k], k
+
+
+# --- The data a fit takes is checked first: a repeated pair or a rating off the scale breaks every sensitivity bound.
+
+def _bad(kind: str) -> Ratings:
+    D = neighbours("value")[0]
+    u, i, r = D.user, D.item, D.rating.copy()
+    if kind == "duplicate": u, i, r = np.r_[u, u[:1]], np.r_[i, i[:1]], np.r_[r, r[:1]]
+    else: r[0] = 7.0
+    return Ratings(u.astype(np.int32), i.astype(np.int32), r.astype(np.float32), D.n_users, D.n_items, D.rating_min,
+                   D.rating_max, name="hand-built")
+
+MESSAGES = {"duplicate": r"train='hand-built': duplicate \(user, item\) pair \(user=0, item=0\)",
+            "range": r"train='hand-built': rating=7 at index 0 .* outside the declared range \[1, 5\]"}
+
+
+@pytest.mark.parametrize("kind", sorted(MESSAGES))
+@pytest.mark.parametrize("name", sorted(mechanisms()))
+def test_fit_refuses_invalid_ratings_before_any_work(name, kind, monkeypatch):
+    cls = mechanisms()[name]
+    def never(*a, **k): raise AssertionError(f"{name}._fit ran on invalid data")
+    monkeypatch.setattr(cls, "_fit", never)
+    with pytest.raises(ValueError, match=MESSAGES[kind]): make(cls).fit(_bad(kind))
+
+
+def test_fit_validates_the_validation_ratings_too():
+    D = neighbours("value")[0]
+    with pytest.raises(ValueError, match=r"valid='hand-built': duplicate"): make(mechanisms()["pmf"]).fit(D, valid=_bad("duplicate"))
+
+
+def test_dp_bias_refuses_a_repeated_pair_that_would_break_its_bound():
+    "A user with one pair repeated 50 times would move w by far more than the sensitivity √(2τ) the noise is calibrated to."
+    D = neighbours("value")[0]
+    k = np.r_[np.arange(len(D)), np.zeros(50, int)]
+    dup = Ratings(D.user[k], D.item[k], D.rating[k], D.n_users, D.n_items, 1.0, 5.0, name="hand-built")
+    with pytest.raises(ValueError, match="train='hand-built': duplicate"): mechanisms()["dp-bias"](max_ratings=5, seed=0).fit(dup)
