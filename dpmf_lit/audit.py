@@ -158,7 +158,7 @@ def canary_audit(mech: Mechanism,          # the mechanism at its canary setting
                  mu: float | None = None,  # μ of the ceiling and of the choice of k (None: gdp_mu(claimed, delta))
                  released=("item_bias",),  # the released per-item arrays scored
                  pair: str = "user", scale=(1.0, 5.0), confidence: float = 0.95, seed: int = 0):
-    "(honest, {f: control}, k, ceiling): §5.2's one-run bound of `mech` with m canaries, and its controls'."
+    "(honest, {f: control}, k, ceiling): the one-run bound (12_audit_bounds §4) of `mech` with m canaries, and its controls'."
     mu = gdp_mu(claimed, delta) if mu is None else mu
     ceiling, k = canary_ceiling(mu, m, delta, confidence)
     plus, minus = (_canary_fit(mech, how, 1e4, canary_data(m, pair, *scale, S=np.full(m, s))[0], 0, released) for s in (True, False))
@@ -192,8 +192,8 @@ class AuditSetting:
     exact: str = ""              # 'objective': the exact log-ratio of L2-Laplace objective perturbation with U given
     runs: int = 2000             # runs per data set in the batch's quick profile
     factors: tuple = (2, 4)      # the controls' noise reductions, in order, until one is caught
-    statistic: str = ""         # 'direction': the fixed statistic of §5.1 (a Gaussian release); '': the best of §5's
-    canaries: int = 0            # m > 0: the headline bound is §5.2's one-run audit with m canaries (the many-run audit beside it)
+    statistic: str = ""         # 'direction': the fixed statistic (12_audit_bounds §3) (a Gaussian release); '': the best of §5's
+    canaries: int = 0            # m > 0: the headline bound is the one-run audit (12_audit_bounds §4) with m canaries (the many-run audit beside it)
     canary_params: dict = field(default_factory=dict)  # the canary fits' parameters on top of `params`: one canary attains the sensitivity
     canary_release: tuple = ("item_bias",)  # the released per-item arrays scored for each canary
     note: str = ""               # why the audit is inconclusive and what it would take
@@ -207,8 +207,9 @@ AUDITS = {
     "gauss": AuditSetting(dict(d=1, epochs=2, lr=1.0, step_epsilon=0.1), "rating_range", n_users=1, n_items=1, fixed=(0,),
                           runs=10_000),
     "sgld": AuditSetting(dict(d=1, epochs=5, max_ratings=2), "epsilon", n_users=2, fixed=(2, 3), fixed_rows=(1,), runs=1500, factors=(2, 4, 16),
-                         note="the worst pair's privacy loss at this setting is about 0.64 at claimed ε = 1 (an outside estimate), so the 2× "
-                              "control's is about 1.3 on rare outputs: catching it would take about 3×10⁶ runs a side"),
+                         note="no test's observed rate ratio passes e^ε on the declared pair, so no run count catches the 2× control "
+                              "here (§7.1); the premise itself is read instead: the likelihood an exact sample would be drawn from "
+                              "(12b_privacy_meter_others) and the chain against the exact posterior (07a_sgld_checks)"),
     "dp-bias": AuditSetting(dict(epsilon=1.0, max_ratings=2), "gaussian", fixed_rows=(1,), runs=8000, statistic="direction",
                             canaries=1_000_000, canary_params=dict(max_ratings=1)),
     "dp-bias-features": AuditSetting(dict(epsilon=1.0, max_ratings=2, prior_share=0.5), "gaussian", fixed_rows=(1,), runs=8000,
@@ -230,9 +231,9 @@ class AuditResult:
     runs_needed: float | None = None   # where the first control was not caught: runs a side that would catch it (inf, 'never' in the record: none would)
     seconds: float = 0.0
     condition: str = ""          # what a conditional guarantee assumes (the audit gives it: a fixed U; runs that raised set aside)
-    gdp: float | None = None     # μ̂: the μ-GDP lower bound of the headline test (§5.1; a canary audit's: the μ through (ε̂, δ))
+    gdp: float | None = None     # μ̂: the μ-GDP lower bound of the headline test (12_audit_bounds §3; a canary audit's: the μ through (ε̂, δ))
     gdp_claimed: float | None = None   # μ of the analytic calibration's GDP statement at the claimed (ε, δ) (Gaussian releases)
-    ceiling: float | None = None # ε̂ of the ideal test at the true μ = gdp_claimed, at this run (or canary) count (§5.1, §5.2)
+    ceiling: float | None = None # ε̂ of the ideal test at the true μ = gdp_claimed, at this run (or canary) count (12_audit_bounds §3, §4)
     canaries: int = 0            # m of the one-run headline audit (0: the many-run audit is the headline)
     runs_audit: dict | None = None   # beside a one-run headline: the many-run audit's ε̂, μ̂, ceiling, controls
     note: str = ""               # why an inconclusive audit is so, and what it would take
@@ -270,7 +271,7 @@ def _given(setting: AuditSetting, mech: Mechanism, n_users: int) -> dict:
     return {"U": U / np.linalg.norm(U, axis=1, keepdims=True)}
 
 def _direction(setting: AuditSetting, mech: Mechanism, D: Ratings, D2: Ratings, given: dict, released, fixed) -> np.ndarray:
-    "w = x_D − x_D': the releases of the mechanism's own fits on D and D' with its noise scaled down 10⁴-fold, one fixed seed (§5.1)."
+    "w = x_D − x_D': the releases of the mechanism's own fits on D and D' with its noise scaled down 10⁴-fold, one fixed seed (12_audit_bounds §3)."
     (x1, _), (x2, _) = (run_releases(mech, d, [0], how=setting.control, f=1e4, given=given, released=released, fixed=fixed)
                         for d in (D, D2))
     return np.nan_to_num(x1[0] - x2[0])
@@ -378,11 +379,11 @@ def audit(mechanism: str,                 # a registered mechanism's name
         if own: pool.close(); pool.join()
     caught, words = verdict(claimed, honest, controls, claim, condition)
     if (caught is not None and caught <= min(factors)) or first is None: need = None
-    elif gauss: need = runs_for(mu * min(factors), claimed, delta, confidence)   # the ideal test's runs (§5.1)
+    elif gauss: need = runs_for(mu * min(factors), claimed, delta, confidence)   # the ideal test's runs (12_audit_bounds §3)
     else: need = runs_needed(first(), claimed, delta, confidence)
     gdp, ceiling = (gdp_bound(honest.counts, confidence), ceiling_runs(mu, runs, delta, confidence)) if gauss else (None, None)
     m, many = check_int("canaries", setting.canaries if canaries is None else canaries, 0), None
-    if m:    # the one-run audit (§5.2) gives the headline; the many-run audit stays beside it
+    if m:    # the one-run audit (12_audit_bounds §4) gives the headline; the many-run audit stays beside it
         many = dict(runs=runs, epsilon=honest.epsilon, statistic=honest.statistic, gdp=gdp, ceiling=ceiling,
                     controls={f"{f:g}": b.epsilon for f, b in controls.items()}, caught_at=caught, runs_needed=need)
         cmech = type(mech)(**{**setting.params, **setting.canary_params, **(params or {})})
