@@ -121,7 +121,7 @@ MUTANTS = (
     Mutant("hua-protocol", "the shares' scale halved", "dpmf_lit.hua_protocol:Users.receive", "self._share[batch.rows] = self._b * np.sqrt", "self._share[batch.rows] = self._b / 2 * np.sqrt"),
     Mutant("hua-protocol", "the exponential H drawn by each user, not shared within an item", "dpmf_lit.hua_protocol:Users.receive",
            'np.sqrt(2 * p["H"]) * C', 'np.sqrt(2 * self._rng.standard_exponential(p["H"].shape)) * C'),
-    # found by an adversarial review of the meter (each survived an earlier version of it)
+    # each of these survived an earlier version of the meter
     Mutant("dp-bias", "the noise scale read from the data (the share of users who rated)", f"{B}:release_item_totals",
            "np.array([[half * sigma], [sigma]])", "np.array([[half * sigma], [sigma]]) * math.sqrt(len(np.unique(ratings.user)) / ratings.n_users)"),
     Mutant("dp-bias", "the clip's half-range read from the ratings' spread", f"{B}:release_item_totals",
