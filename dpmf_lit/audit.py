@@ -233,7 +233,7 @@ class AuditResult:
     condition: str = ""          # what a conditional guarantee assumes (the audit gives it: a fixed U; runs that raised set aside)
     gdp: float | None = None     # μ̂: the μ-GDP lower bound of the headline test (12_audit_bounds §3; a canary audit's: the μ through (ε̂, δ))
     gdp_claimed: float | None = None   # μ of the analytic calibration's GDP statement at the claimed (ε, δ) (Gaussian releases)
-    ceiling: float | None = None # ε̂ of the ideal test at the true μ = gdp_claimed, at this run (or canary) count (12_audit_bounds §3, §4)
+    ceiling: float | None = None # ε̂ of the ideal test were the claim tight (μ-GDP at gdp_claimed, or any ε-DP mechanism), at this run (or canary) count (12_audit_bounds §3, §4)
     canaries: int = 0            # m of the one-run headline audit (0: the many-run audit is the headline)
     runs_audit: dict | None = None   # beside a one-run headline: the many-run audit's ε̂, μ̂, ceiling, controls
     note: str = ""               # why an inconclusive audit is so, and what it would take
@@ -245,7 +245,7 @@ class AuditResult:
         how = f"one run with {self.canaries:,} canaries" if self.canaries else f"{self.runs:,} runs a side"
         gdp = (f"; μ-GDP lower bound μ̂ ≥ {self.gdp:.3g} (the analytic calibration's GDP statement: μ = {self.gdp_claimed:.3g})"
                if self.gdp is not None and self.gdp_claimed is not None else "")
-        ceil = f"; ceiling (ideal test at the true μ, {how}): ε̂ ≤ {self.ceiling:.3g}" if self.ceiling is not None else ""
+        ceil = f"; ceiling (the ideal test, were the claim tight, {how}): ε̂ ≤ {self.ceiling:.3g}" if self.ceiling is not None else ""
         ra = self.runs_audit
         many = (f"; beside it, {ra['runs']:,} runs a side ({ra['statistic']}): ε̂ ≥ {ra['epsilon']:.3g}, μ̂ ≥ {ra['gdp']:.3g}, "
                 f"ceiling {ra['ceiling']:.3g}, controls " + ", ".join(f"noise/{f}: {e:.3g}" for f, e in ra["controls"].items())) if ra else ""
@@ -382,6 +382,8 @@ def audit(mechanism: str,                 # a registered mechanism's name
     elif gauss: need = runs_for(mu * min(factors), claimed, delta, confidence)   # the ideal test's runs (12_audit_bounds §3)
     else: need = runs_needed(first(), claimed, delta, confidence)
     gdp, ceiling = (gdp_bound(honest.counts, confidence), ceiling_runs(mu, runs, delta, confidence)) if gauss else (None, None)
+    if ceiling is None and claimed > 0:   # the ideal test were the claim tight: any ε-DP mechanism's, or the μ-GDP release's of (ε, δ)
+        ceiling = ceiling_pure(claimed, runs, confidence) if delta == 0 else ceiling_runs(gdp_mu(claimed, delta), runs, delta, confidence)
     m, many = check_int("canaries", setting.canaries if canaries is None else canaries, 0), None
     if m:    # the one-run audit (12_audit_bounds §4) gives the headline; the many-run audit stays beside it
         many = dict(runs=runs, epsilon=honest.epsilon, statistic=honest.statistic, gdp=gdp, ceiling=ceiling,

@@ -15,8 +15,8 @@ from .stats import clopper_pearson
 
 # %% auto #0
 __all__ = ['event_bound', 'statistics', 'Bound', 'epsilon_bound', 'gdp_mu', 'gdp_bound', 'ceiling_runs', 'runs_for',
-           'direction_statistic', 'one_run_pvalue', 'one_run_epsilon', 'expected_correct', 'canary_ceiling',
-           'canary_scores', 'guess_count', 'verdict', 'runs_needed']
+           'direction_statistic', 'ceiling_pure', 'one_run_pvalue', 'one_run_epsilon', 'expected_correct',
+           'canary_ceiling', 'canary_scores', 'guess_count', 'verdict', 'runs_needed']
 
 # %% ../nbs/12_audit_bounds.ipynb #42cf67d2
 def event_bound(k1: int, n1: int, k2: int, n2: int, delta: float = 0.0, confidence: float = 0.95) -> float:
@@ -141,6 +141,13 @@ def direction_statistic(X1, X2, w) -> dict:
     "The fixed statistic {name: (s on D's runs, s on D''s runs)}: s = wᵀx with w fixed before the runs."
     w = np.asarray(w, np.float64)
     return {"direction": (X1 @ w, X2 @ w)}
+
+# %% ../nbs/12_audit_bounds.ipynb #6fd861c3
+def ceiling_pure(epsilon: float, runs: float, confidence: float = 0.95, select: float = 0.3, grid: int = 400) -> float:
+    "ε̂ of the best event any ε-DP mechanism allows (P_D = p, P_D' = p e^-ε, p ≤ e^ε/(1 + e^ε)) at its expected counts on (1 − select)·runs held-out runs a side."
+    n, top = max((1 - select) * runs, 1.0), math.exp(epsilon) / (1 + math.exp(epsilon))
+    p = np.linspace(top / grid, top, grid)
+    return max(float(np.max(event_bound(n * p, n, n * p * math.exp(-epsilon), n, 0.0, confidence))), 0.0)
 
 # %% ../nbs/12_audit_bounds.ipynb #459d79b8
 def one_run_pvalue(m: int, k: int, v: int, epsilon: float, delta: float = 0.0) -> float:
