@@ -245,7 +245,7 @@ class AuditResult:
         how = f"one run with {self.canaries:,} canaries" if self.canaries else f"{self.runs:,} runs a side"
         gdp = (f"; μ-GDP lower bound μ̂ ≥ {self.gdp:.3g} (the analytic calibration's GDP statement: μ = {self.gdp_claimed:.3g})"
                if self.gdp is not None and self.gdp_claimed is not None else "")
-        ceil = f"; ceiling (the ideal test, were the claim tight, {how}): ε̂ ≤ {self.ceiling:.3g}" if self.ceiling is not None else ""
+        ceil = f"; ceiling (the ideal test's ε̂ at its expected counts, were the claim tight, {how}): {self.ceiling:.3g}" if self.ceiling is not None else ""
         ra = self.runs_audit
         many = (f"; beside it, {ra['runs']:,} runs a side ({ra['statistic']}): ε̂ ≥ {ra['epsilon']:.3g}, μ̂ ≥ {ra['gdp']:.3g}, "
                 f"ceiling {ra['ceiling']:.3g}, controls " + ", ".join(f"noise/{f}: {e:.3g}" for f, e in ra["controls"].items())) if ra else ""
