@@ -6,18 +6,15 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/audit.html.md"""
 
 # %% ../nbs/12_audit.ipynb #4d5a6c96
 from __future__ import annotations
-import copy, functools, math, multiprocessing, time
+import copy, math, multiprocessing, time
 from dataclasses import asdict, dataclass, field
 import numpy as np
-from scipy import optimize, stats
 from tqdm.auto import tqdm
 from .checks import check_bool, check_fraction, check_int, show
 from .data import Ratings
-from .mechanism import Mechanism, get_mechanism, mechanisms
+from .mechanism import Mechanism, get_mechanism
 from .privacy import gaussian_epsilon, gaussian_sigma_analytic
-from .stats import clopper_pearson
 from .audit_bounds import *
-from .audit_bounds import _events
 import matplotlib.pyplot as plt
 import pandas as pd
 
@@ -372,8 +369,8 @@ def audit(mechanism: str,                 # a registered mechanism's name
         honest, errors, _ = bound(0, 1)
         controls, first = {}, None
         for k, f in enumerate(factors, 1):
-            controls[f], _, stats = bound(k, f)
-            first = first or stats
+            controls[f], _, statistics_of = bound(k, f)
+            first = first or statistics_of
             if controls[f].epsilon > claimed: break
     finally:
         if own: pool.close(); pool.join()

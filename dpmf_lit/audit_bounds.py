@@ -10,7 +10,7 @@ import functools, math
 from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, stats
-from .privacy import gaussian_epsilon, gaussian_sigma_analytic
+from .privacy import gaussian_sigma_analytic
 from .stats import clopper_pearson
 
 # %% auto #0

@@ -8,7 +8,6 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/privacy_meter_others.html.md"""
 from __future__ import annotations
 import math
 import numpy as np
-import pandas as pd
 from scipy import stats
 from .data import Ratings
 from .mechanism import get_mechanism
