@@ -6,6 +6,7 @@ Modules:
 - `dpmf_lit.audit_bounds`: Clopper–Pearson bounds on two event rates, the statistics and the test chosen on a selection share, the μ-GDP bound and the ideal test's ceiling for a Gaussian release, the one-run bound with many canaries (Steinke, Nasr & Jagielski 2023), and the verdict: the statistics of [12_audit](12_audit.ipynb), apart from the fits.
 - `dpmf_lit.baselines`: What every private recommender must beat: the global mean, each user's own mean computed on the user's device, item means, global + user + item biases, and those biases with user-level differential privacy from one Gaussian release of item sums and counts.
 - `dpmf_lit.bench`: Rating updates per second of the dpmf SGD kernels against Surprise's SVD and LIBMF, in one run, on identical data and epochs, with the machine limits that explain the numbers.
+- `dpmf_lit.bench_mechanisms`: Ratings per second of a whole fit of each private mechanism, beside one epoch of the package's SGD kernel on the same data and threads; the fit at 100 M ratings with its wall time and peak memory.
 - `dpmf_lit.checks`: One set of validators for every public function and mechanism: a bad argument gets a `ValueError` that names the argument and its value, before any work starts.
 - `dpmf_lit.cli`: `dpmf`: fetch and list data, fit a mechanism, benchmark the kernels, reproduce every figure.
 - `dpmf_lit.cli_commands`: `dpmf compare` and `dpmf audit`: run the comparison's batch entry or an empirical privacy audit and print the result
@@ -17,6 +18,7 @@ Modules:
 - `dpmf_lit.fixed_point`: Encoding reals as residues mod $P$ so that masked sums decode exactly: the arithmetic of Hua et al.'s (2015) masked aggregation.
 - `dpmf_lit.formats`: Loaders for the published rating files (MovieLens, Netflix Prize, Yahoo! Music, Anime): one strict grammar per format, parsed in one numba pass, and every refusal names the file and the line.
 - `dpmf_lit.gauss`: Alternating gradient descent with Gaussian noise on the user-profile gradient and Rényi-DP accounting, reproduced, checked and tightened.
+- `dpmf_lit.grouping`: A counting sort that groups the ratings by user or by item, and the one per-user trimming every private mechanism shares: at most τ ratings of each user, a uniformly random subset or the τ of lowest priority, in one pass.
 - `dpmf_lit.hua`: Plain MF for U, then a perturbed least-squares problem for V with U fixed: the closed form, the paper's gradient descent, the privacy proof worked twice, and where it holds.
 - `dpmf_lit.hua_attacks`: Hua et al.'s protocol under test: the recommender receives only sums, the third party only uniform residues, and yet the recommender recovers each item's Gram matrix and, when users come and go, every rater's $r_{ij}u_i$.
 - `dpmf_lit.hua_protocol`: Users hold their own ratings and profiles; a third party sums masked gradients in Z_P; the recommender only ever sees noisy aggregates. A simulation with separate actors, exact fixed-point arithmetic, message and byte counts, and our verdict on each claim.

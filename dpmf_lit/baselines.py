@@ -15,10 +15,12 @@ from .data import Ratings
 from .mechanism import Factors, Mechanism, register_mechanism
 from .privacy import NEIGHBOURING, PrivacyAccountant, PrivacyReport, Unit
 from .privacy import gaussian_epsilon, gaussian_release, gaussian_sigma_analytic
+from .grouping import keep_mask, keep_per_user
+from numba import njit
 
 # %% auto #0
-__all__ = ['LOCAL_SCOPE', 'no_factors', 'ridge_offsets', 'public_mean', 'GlobalMean', 'UserMean', 'ItemMean', 'als_biases',
-           'Biases', 'keep_per_user', 'item_totals', 'bias_sensitivity', 'bias_noise', 'item_offsets',
+__all__ = ['LOCAL_SCOPE', 'no_factors', 'ridge_offsets', 'user_offsets', 'public_mean', 'GlobalMean', 'UserMean', 'ItemMean',
+           'als_biases', 'Biases', 'item_totals', 'bias_sensitivity', 'bias_noise', 'item_offsets',
            'release_item_totals', 'DPBiases']
 
 # %% ../nbs/09_baselines.ipynb #60b1a58c
@@ -31,6 +33,22 @@ def ridge_offsets(codes, residuals, n: int, reg: float) -> np.ndarray:
     s = np.bincount(codes, np.asarray(residuals, np.float64), n)
     den = np.bincount(codes, minlength=n) + float(reg)
     return np.divide(s, den, out=np.zeros(n), where=den > 0)
+
+@njit(cache=True)
+def _user_offsets(user, item, rating, m0, c, n_users, reg):
+    s, den = np.zeros(n_users), np.zeros(n_users)
+    for k in range(user.shape[0]):               # in rating order, as np.bincount sums
+        s[user[k]] += np.float64(rating[k] - m0) - c[item[k]]
+        den[user[k]] += 1.0
+    out = np.zeros(n_users)
+    for u in range(n_users):
+        if den[u] + reg > 0: out[u] = s[u] / (den[u] + reg)
+    return out
+
+def user_offsets(train: Ratings, m0: float, c, reg: float) -> np.ndarray:
+    "b_u = Σ (r − m0 − c_j) / (n_u + reg) over each user's ratings, `ridge_offsets` of the residuals in one pass (r − m0 in float32, as the ratings are stored)."
+    c = np.zeros(train.n_items) if c is None else np.ascontiguousarray(c, np.float64)
+    return _user_offsets(train.user, train.item, train.rating, np.float32(m0), c, train.n_users, float(reg))
 
 def public_mean(train: Ratings, mean: float | None) -> float:
     "The public offset m0: `mean`, or the midpoint of the rating scale (None); refused outside the scale."
@@ -68,7 +86,7 @@ class UserMean(Mechanism):
 @patch
 def _fit(self: UserMean, train: Ratings, progress: bool = False) -> Factors:
     m0 = public_mean(train, self.mean)
-    b = ridge_offsets(train.user, train.rating - m0, train.n_users, self.reg)   # on each user's device
+    b = user_offsets(train, m0, None, self.reg)                          # on each user's device
     report = PrivacyReport(released=(), unit="user", epsilon=0.0, delta=0.0, method="local computation: nothing released",
                            scope=LOCAL_SCOPE, coverage="end-to-end", neighbouring="replace",
                            notes=f"b_u = sum(r - m0) / (n_u + {self.reg:g}) with the public m0 = {m0:g}")
@@ -126,19 +144,20 @@ def _fit(self: Biases, train: Ratings, progress: bool = False) -> Factors:
     return Factors(*no_factors(train), b, c, mu, history, privacy=report)
 
 # %% ../nbs/09_baselines.ipynb #50afec5d
-def keep_per_user(user, max_ratings: int, rng: np.random.Generator) -> np.ndarray:
-    "Sorted indices of a uniformly random subset of at most `max_ratings` ratings of each user (one i.i.d. uniform key per rating)."
-    user = np.asarray(user)
-    order = np.lexsort((rng.random(len(user)), user))       # by user, then by key
-    u = user[order]
-    rank = np.arange(len(u)) - np.searchsorted(u, u, side="left")
-    return np.sort(order[rank < check_int("max_ratings", max_ratings, 1)])
+@njit(cache=True)
+def _item_totals(item, rating, keep, mean, half, n_items):
+    S, C = np.zeros(n_items), np.zeros(n_items)
+    for k in range(item.shape[0]):          # in rating order, as np.bincount sums
+        if keep.shape[0] and not keep[k]: continue
+        S[item[k]] += min(max(np.float64(rating[k]) - mean, -half), half)
+        C[item[k]] += 1.0
+    return S, C
 
-def item_totals(ratings: Ratings, mean: float) -> tuple[np.ndarray, np.ndarray]:
-    "Per item: S_j, the sum of ratings centred on `mean` and clipped to ±R/2, and the count C_j (float64)."
+def item_totals(ratings: Ratings, mean: float, kept=None) -> tuple[np.ndarray, np.ndarray]:
+    "Per item: S_j, the sum of ratings centred on `mean` and clipped to ±R/2, and the count C_j (float64), of the ratings the boolean mask `kept` marks (None: all); one pass."
     half = (ratings.rating_max - ratings.rating_min) / 2
-    x = np.clip(ratings.rating.astype(np.float64) - mean, -half, half)
-    return np.bincount(ratings.item, x, ratings.n_items), np.bincount(ratings.item, minlength=ratings.n_items).astype(np.float64)
+    kept = np.zeros(0, np.bool_) if kept is None else np.asarray(kept, np.bool_)
+    return _item_totals(ratings.item, ratings.rating, kept, float(mean), half, ratings.n_items)
 
 # %% ../nbs/09_baselines.ipynb #18ac809e
 def bias_sensitivity(max_ratings: int, neighbouring: str = "replace") -> float:
@@ -161,9 +180,9 @@ def item_offsets(S, C, reg: float, sigma: float = 0.0, half_range: float = 2.0) 
     return np.divide(S, den, out=np.zeros_like(S), where=den > 0)     # reg = 0 and no rating: no offset
 
 def release_item_totals(ratings: Ratings, mean: float, max_ratings: int, sigma: float, rng_keep, rng_noise):
-    "(S̃, C̃, kept): each user trimmed to `max_ratings`, centred on `mean`, clipped, summed per item, and noised (σ on w)."
-    kept = keep_per_user(ratings.user, max_ratings, rng_keep)
-    S, C = item_totals(ratings.take(kept), mean)
+    "(S̃, C̃, kept): each user trimmed to `max_ratings` (`kept`, a boolean mask), centred on `mean`, clipped, summed per item, and noised (σ on w)."
+    kept = keep_mask(ratings.user, max_ratings, rng_keep, ratings.n_users)
+    S, C = item_totals(ratings, mean, kept)
     half = (ratings.rating_max - ratings.rating_min) / 2
     St, Ct = gaussian_release(np.stack([S, C]), np.array([[half * sigma], [sigma]]), rng_noise, "item sums and counts")
     return St, Ct, kept
@@ -212,5 +231,5 @@ def _fit(self: DPBiases, train: Ratings, progress: bool = False) -> Factors:
     S, C, kept = release_item_totals(train, m0, self.max_ratings, sigma, self.rng(1), self.rng(2))
     half = (train.rating_max - train.rating_min) / 2
     c = np.clip(item_offsets(S, C, self.reg, sigma, half), train.rating_min - m0, train.rating_max - m0)   # post-processing
-    b = ridge_offsets(train.user, train.rating - m0 - c[train.item], train.n_users, self.reg_local)       # on each device
+    b = user_offsets(train, m0, c, self.reg_local)                                                         # on each device
     return Factors(*no_factors(train), b, c, m0, privacy=self.privacy_report(z, sigma), params={"mean": m0})

@@ -7,7 +7,9 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/dpals.html.md"""
 # %% ../nbs/10_dpals.ipynb #97d2eb5b
 from __future__ import annotations
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+import numba
 import numpy as np
 from fastcore.basics import patch
 from .checks import Bool, Choice, Float, Fraction, Int, Positive, check_choice, check_fraction, check_int, check_positive
@@ -16,26 +18,29 @@ from .kernels import als_sweep, to_csr
 from .hua import _normal_equations, clip_rows
 from .mechanism import Factors, Mechanism, register_mechanism
 from .privacy import NEIGHBOURING, PrivacyAccountant, PrivacyReport, Unit, gaussian_epsilon, gaussian_release, gaussian_sigma_analytic
-from .baselines import bias_sensitivity, item_offsets, keep_per_user, public_mean, release_item_totals
+from .baselines import bias_sensitivity, item_offsets, public_mean, release_item_totals
+from .grouping import group_by, keep_mask, take
 
 # %% auto #0
 __all__ = ['user_step', 'item_statistics', 'dpals_sensitivity', 'noisy_statistics', 'solve_items', 'noise_multipliers',
-           'public_item_features', 'row_dots', 'with_public_features', 'DPALS', 'by_item']
+           'public_item_features', 'row_dots', 'with_public_features', 'DPALS', 'by_item', 'item_codes']
 
 # %% ../nbs/10_dpals.ipynb #156418d0
-def user_step(ratings: Ratings, V, c, m0: float, reg: float) -> tuple[np.ndarray, np.ndarray]:
-    "Every user's (u_i, b_i) for fixed V and offsets c (float32), as each device computes it."
+def user_step(ratings: Ratings, V, c, m0: float, reg: float, csr=None) -> tuple[np.ndarray, np.ndarray]:
+    "Every user's (u_i, b_i) for fixed V and offsets c (float32), as each device computes it; `csr`: the ratings grouped by user (`to_csr`), if already built."
     U, b = np.zeros((ratings.n_users, V.shape[1]), np.float32), np.zeros(ratings.n_users, np.float32)
-    als_sweep(*to_csr(ratings.user, ratings.item, ratings.rating, ratings.n_users), U, V, b, c, np.float32(m0), reg, reg, True, False)
+    csr = to_csr(ratings.user, ratings.item, ratings.rating, ratings.n_users) if csr is None else csr
+    als_sweep(*csr, U, V, b, c, np.float32(m0), reg, reg, True, False)
     return U, b
 
 # %% ../nbs/10_dpals.ipynb #619c0483
-def item_statistics(indptr, users, x, U) -> tuple[np.ndarray, np.ndarray]:
-    "Per item j (ratings grouped by item: indptr, users, targets x): A_j = Σ u_i u_iᵀ and β_j = Σ x_ij u_i, float64 — the normal-equation kernel of 03_hua_dpmf with no ridge."
-    U = np.ascontiguousarray(U, np.float64)
+def item_statistics(indptr, users, x, U, m0: float = 0.0, c=None, b=None, dots=None, clip: float = math.inf) -> tuple[np.ndarray, np.ndarray]:
+    "Per item j (ratings grouped by item: indptr, users, ratings or targets x): A_j = Σ u_i u_iᵀ and β_j = Σ x'_ij u_i, float64, the target x'_ij = clip(x_ij − m0 − c_j − b_i − dots, ±`clip`) formed in the kernel (by default x' = x) — the normal-equation kernel of 03_hua_dpmf with no ridge."
+    U, x = np.ascontiguousarray(U, np.float64), np.asarray(x)
     m, d = len(indptr) - 1, U.shape[1]
     A, beta = np.empty((m, d, d)), np.empty((m, d))
-    _normal_equations(np.asarray(indptr, np.int64), np.asarray(users, np.int32), np.asarray(x, np.float64), U, 0.0, A, beta)
+    _normal_equations(np.asarray(indptr, np.int64), np.asarray(users, np.int32), x if x.dtype in (np.float32, np.float64) else x.astype(np.float64),
+                      U, 0.0, A, beta, m0, None if c is None else np.asarray(c, np.float64), b, dots, clip)
     return A, beta
 
 
@@ -51,9 +56,16 @@ def noisy_statistics(A, beta, sigma_A: float, sigma_beta: float, rng: np.random.
     return (gaussian_release(A, sigma_A, rng, "Gram matrices A_j", symmetric=True),
             gaussian_release(beta, sigma_beta, rng, "right-hand sides beta_j"))
 
+def _eigh(A) -> tuple[np.ndarray, np.ndarray]:
+    "`np.linalg.eigh(A)` of a stack of matrices, in slices on numba's thread count (numpy's LAPACK releases the GIL; the same bits)."
+    k = min(numba.get_num_threads(), len(A))
+    if k <= 1: return np.linalg.eigh(A)
+    with ThreadPoolExecutor(k) as pool: parts = list(pool.map(np.linalg.eigh, np.array_split(A, k)))
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
 def solve_items(A, beta, reg) -> np.ndarray:
     "v_j = (P(A_j) + reg_j I)⁻¹ β_j for symmetric A_j, P the projection on PSD matrices; `reg` a number or one per item."
-    w, Q = np.linalg.eigh(A)
+    w, Q = _eigh(A)
     reg = np.broadcast_to(np.asarray(reg, np.float64), (A.shape[0],))[:, None]
     return np.einsum("mab,mb->ma", Q, np.einsum("mba,mb->ma", Q, beta) / (np.maximum(w, 0.0) + reg))
 
@@ -132,11 +144,9 @@ def memory_bytes(self: DPALS, train: Ratings) -> int:
 
 @patch
 def kept_ratings(self: DPALS, train: Ratings, counts: np.ndarray) -> np.ndarray:
-    "Indices of each user's ≤ τ ratings for the item step: uniformly random, or those of the lowest noisy counts (ties at random)."
-    if self.sampling == "uniform": return keep_per_user(train.user, self.max_ratings, self.rng(3))
-    order = np.lexsort((self.rng(3).random(len(train)), counts[train.item], train.user))
-    u = train.user[order]
-    return np.sort(order[np.arange(len(u)) - np.searchsorted(u, u, side="left") < self.max_ratings])
+    "Boolean mask of each user's ≤ τ ratings for the item step: uniformly random, or those of the lowest noisy counts (ties at random)."
+    tail = dict(item=train.item, priority=counts) if self.sampling == "tail" else {}
+    return keep_mask(train.user, self.max_ratings, self.rng(3), train.n_users, **tail)
 
 # %% ../nbs/10_dpals.ipynb #39704e41
 @patch
@@ -165,11 +175,14 @@ def privacy_report(self: DPALS, z0: float, z: float) -> PrivacyReport:
                    f"(Dong, Roth & Su 2019), analytic conversion (Balle & Wang 2018); the PrivacyAccountant's RDP bound: epsilon <= {rep.epsilon:.4g}")
 
 # %% ../nbs/10_dpals.ipynb #ace122e8
-def by_item(train: Ratings, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    "The kept ratings grouped by item: (indptr, user, item, rating) in item order."
-    u, i, r = train.user[kept], train.item[kept], train.rating[kept]
-    order = np.argsort(i, kind="stable")
-    return np.r_[0, np.cumsum(np.bincount(i, minlength=train.n_items))], u[order], i[order], r[order].astype(np.float64)
+def by_item(train: Ratings, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    "The ratings the boolean mask `kept` marks, grouped by item, in rating order within an item: (indptr, user, rating) — a stable counting sort of the kept positions."
+    ptr, order = group_by(train.item, train.n_items, mask=kept)
+    return ptr, take(train.user, order), take(train.rating, order)
+
+def item_codes(indptr) -> np.ndarray:
+    "The item of each position of a grouping by item."
+    return np.repeat(np.arange(len(indptr) - 1, dtype=np.int32), np.diff(indptr))
 
 @patch
 def _fit(self: DPALS, train: Ratings, progress: bool = False) -> Factors:
@@ -177,18 +190,20 @@ def _fit(self: DPALS, train: Ratings, progress: bool = False) -> Factors:
     clip_r = (hi - lo) / 2 if self.clip_rating is None else self.clip_rating
     z0, z = noise_multipliers(self.epsilon, self.delta, self.epochs, self.count_share)
     c, counts = self.offsets(train, m0, z0 * bias_sensitivity(self.max_ratings, self.neighbouring))
-    ptr, ku, ki, kr = by_item(train, self.kept_ratings(train, counts))
+    ptr, ku, kr = by_item(train, self.kept_ratings(train, counts))
+    csr = to_csr(train.user, train.item, train.rating, train.n_users)     # each device's ratings, grouped once
     delta_w, noise, c32 = dpals_sensitivity(self.max_ratings, self.neighbouring), self.rng(5), c.astype(np.float32)
     sA, sb = z * delta_w * self.max_norm ** 2, z * delta_w * self.max_norm * clip_r
     V = (self.init_std * self.rng(4).standard_normal((train.n_items, self.d))).astype(np.float32)
     X = public_item_features(train, self.feature_weight > 0 or self.local_features)
     Xl = X if self.local_features else X[:, :0]                            # what each device regresses on besides V
     for t in range(self.epochs):
-        U, b = user_step(train, np.c_[V, Xl], c32, m0, self.reg_local)       # on each device
-        x = np.clip(kr - m0 - c[ki] - b[ku] - row_dots(U[:, self.d:], Xl, ku, ki), -clip_r, clip_r)
-        A, beta = noisy_statistics(*item_statistics(ptr, ku, x, clip_rows(U[:, :self.d], self.max_norm)), sA, sb, noise)   # released
+        U, b = user_step(train, np.c_[V, Xl], c32, m0, self.reg_local, csr)       # on each device
+        dots = row_dots(U[:, self.d:], Xl, ku, item_codes(ptr)) if Xl.shape[1] else None    # each user's own feature fit
+        stats = item_statistics(ptr, ku, kr, clip_rows(U[:, :self.d], self.max_norm), m0, c, b, dots, clip_r)   # targets clipped to ±Γ_r
+        A, beta = noisy_statistics(*stats, sA, sb, noise)                  # released
         A, beta = with_public_features(A, beta, X, V, self.feature_weight)   # public: no privacy cost
         V = solve_items(A, beta, self.reg * (counts + 1.0) ** self.reg_exponent).astype(np.float32)
-    U, b = user_step(train, np.c_[V, Xl], c32, m0, self.reg_local)
+    U, b = user_step(train, np.c_[V, Xl], c32, m0, self.reg_local, csr)
     history = [dict(round=t + 1, sigma_A=sA, sigma_beta=sb) for t in range(self.epochs)]
     return Factors(U, np.c_[V, Xl], b, c32, m0, history, privacy=self.privacy_report(z0, z), params={"mean": m0})

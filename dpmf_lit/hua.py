@@ -7,11 +7,13 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/hua_dpmf.html.md"""
 # %% ../nbs/03_hua_dpmf.ipynb #d9d62f2c
 from __future__ import annotations
 import math, time
+import numba
 import numpy as np
 from fastcore.basics import patch
 from numba import njit, prange
 from .data import Ratings
 from .mf import PMF, FittedModel, Mechanism, PrivacyReport, register_mechanism, to_csr
+from .kernels import prefetch_row
 from .checks import check_int, check_positive
 from .privacy import Unit, l2_laplace_noise, laplace_noise
 
@@ -31,19 +33,33 @@ def item_degrees(ratings: Ratings) -> np.ndarray:
 
 # %% ../nbs/03_hua_dpmf.ipynb #6c8d12da
 @njit(cache=True, parallel=True)
-def _normal_equations(ptr, users, vals, U, reg, A, b):
-    n_items, d = A.shape[0], A.shape[1]
-    for j in prange(n_items):
-        for a in range(d):
-            b[j, a] = 0.0
-            for c in range(d): A[j, a, c] = 0.0
-            A[j, a, a] = reg
-        for p in range(ptr[j], ptr[j + 1]):
-            i = users[p]; r = vals[p]
+def _normal_equations_chunks(ptr, bounds, users, vals, U, reg, m0, c_item, b_user, dots, clip, A, b):
+    d = A.shape[1]
+    for g in prange(bounds.shape[0] - 1):          # chunks of items holding about equal numbers of ratings
+        for j in range(bounds[g], bounds[g + 1]):
             for a in range(d):
-                ua = U[i, a]
-                b[j, a] += r * ua
-                for c in range(d): A[j, a, c] += ua * U[i, c]
+                b[j, a] = 0.0
+                for c in range(d): A[j, a, c] = 0.0
+                A[j, a, a] = reg
+            for p in range(ptr[j], ptr[j + 1]):
+                if p + 16 < users.shape[0]: prefetch_row(U, users[p + 16])   # the rows 16 ratings ahead
+                i = users[p]
+                r = np.float64(vals[p]) - m0 - c_item[j] - np.float64(b_user[i])   # the target, formed here (0s: the rating)
+                if dots.shape[0]: r -= dots[p]
+                r = min(max(r, -clip), clip)
+                for a in range(d):
+                    ua = U[i, a]
+                    b[j, a] += r * ua
+                    for c in range(d): A[j, a, c] += ua * U[i, c]
+
+def _normal_equations(ptr, users, vals, U, reg, A, b, m0=0.0, c_item=None, b_user=None, dots=None, clip=math.inf):
+    "A_j = Σ u_i u_iᵀ + reg I and b_j = Σ x_ij u_i into A, b, in parallel over chunks of items balanced by their ratings; x_ij = clip(r_ij − m0 − c_j − b_i − dots, ±clip), the rating itself by default."
+    n = A.shape[0]
+    bounds = np.unique(np.searchsorted(ptr, np.linspace(0, ptr[-1], 8 * numba.get_num_threads() + 1), side="right") - 1)
+    bounds = np.unique(np.r_[0, np.clip(bounds, 0, n), n]).astype(np.int64)
+    zeros = lambda a, k: np.zeros(k) if a is None else np.ascontiguousarray(a)
+    _normal_equations_chunks(ptr, bounds, users, vals, U, float(reg), float(m0), zeros(c_item, n), zeros(b_user, U.shape[0]),
+                             zeros(dots, 0), float(clip), A, b)
 
 def item_normal_equations(ratings: Ratings, U, reg: float):
     "A_j = sum_i I_ij u_i u_i^T + reg I and b_j = sum_i I_ij r_ij u_i for every item (float64)."

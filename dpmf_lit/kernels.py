@@ -19,6 +19,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 import llvmlite.binding, llvmlite.ir as llir
 import dpmf_lit.settings   # noqa: F401  (sets the OpenMP wait policy before the first parallel kernel)
+from .grouping import group_by, take
 
 # %% auto #0
 __all__ = ['PREFETCH_AHEAD', 'SUB_BUCKET', 'prefetch_row', 'prefetch_item', 'sgd_epoch', 'SGDBlocks', 'shuffle_segments',
@@ -364,11 +365,10 @@ def gd_step(user, item, rating, U, V, b, c, mu, lr, reg_u, reg_v, reg_bias, use_
 
 # %% ../nbs/01a_kernels.ipynb #3158bc69
 def to_csr(row, col, val, n_rows: int):
-    "Group (row, col, val) triplets by row: (indptr int64, col int32, val float32), stable in input order."
-    order = np.argsort(row, kind="stable")
-    indptr = np.zeros(n_rows + 1, np.int64)
-    indptr[1:] = np.cumsum(np.bincount(row, minlength=n_rows))
-    return indptr, np.ascontiguousarray(col[order], np.int32), np.ascontiguousarray(val[order], np.float32)
+    "Group (row, col, val) triplets by row: (indptr int64, col int32, val float32), stable in input order (a counting sort, `grouping.group_by`; `col` and `val` themselves, not copies, when `row` is already sorted and they have those types: read them, never write)."
+    indptr, order = group_by(row, n_rows)
+    if order is None: return indptr, np.ascontiguousarray(col, np.int32), np.ascontiguousarray(val, np.float32)
+    return indptr, take(col, order, np.int32), take(val, order, np.float32)
 
 @njit(inline="always", fastmath=True, boundscheck=False, nogil=True)
 def _cholesky_solve(A, x, k):

@@ -411,7 +411,8 @@ def _fit_model(self: Mechanism, train: Ratings, valid, progress: bool, extra: di
     if bad: raise ValueError(f"{self.name}: the fit overflowed ({', '.join(bad)} not finite); {_hint(self, ran)}")
     params = {k: v for k, v in ran.items() if not (k in self.applies and ran.get(self.applies[k][0]) not in self.applies[k][1])}
     privacy = out.privacy if isinstance(out.privacy, PrivacyReport) else out.privacy.report()
-    privacy = fit_randomness(privacy, getattr(self, "seed", None), secret, np.bincount(train.user, minlength=train.n_users),
+    counts = np.bincount(train.user, minlength=train.n_users) if privacy.private and privacy.unit == "rating" else None   # only a per-rating guarantee needs them
+    privacy = fit_randomness(privacy, getattr(self, "seed", None), secret, counts,
                              seeded="seed" in self.parameter_names())
     f32 = lambda a: None if a is None else np.ascontiguousarray(a, np.float32)
     model = FittedModel(U=f32(out.U), V=f32(out.V), user_bias=f32(out.user_bias), item_bias=f32(out.item_bias),

@@ -12,7 +12,9 @@ from typing import Callable
 import numpy as np
 from fastcore.basics import patch
 import pandas as pd
-from numba import njit
+import numba
+from numba import njit, prange
+from .grouping import group_by
 from .checks import check_choice, check_float, show
 
 # %% auto #0
@@ -138,6 +140,28 @@ def _duplicates(user, item, n_users, n_items, order):
             last[j] = k
     return dup, count, first_a, first_b
 
+@njit(parallel=True, cache=True)
+def _any_repeat(ptr, order, item, n_items, n_chunks):
+    "Whether some user (grouped: ptr, order as `grouping.group_by` gives) has an item twice; users in parallel chunks."
+    n_users = ptr.shape[0] - 1
+    found = np.zeros(n_chunks, np.bool_)
+    for c in prange(n_chunks):
+        seen = np.full(n_items, -1, np.int64)      # the last user of this chunk who rated item j
+        for u in range(c * n_users // n_chunks, (c + 1) * n_users // n_chunks):
+            for p in range(ptr[u], ptr[u + 1]):
+                j = item[order[p] if order.shape[0] else p]
+                if seen[j] == u: found[c] = True
+                seen[j] = u
+            if found[c]: break
+    return found.any()
+
+def _has_duplicates(user, item, n_users, n_items) -> bool:
+    "Whether a (user, item) pair repeats: in parallel (a counting sort by user, then each user's items), or serially when the chunks' scratch would exceed 256 MB."
+    k = max(1, numba.get_num_threads())
+    if k * n_items * 8 > 2**28: return _find_duplicates(user, item, n_users, n_items)[1] > 0
+    ptr, order = group_by(user, n_users)
+    return _any_repeat(ptr, np.zeros(0, np.int64) if order is None else order, item, int(n_items), k)
+
 def _find_duplicates(user, item, n_users, n_items):
     order = np.empty(len(user), np.int32 if len(user) < 2**31 - 1 else np.int64)
     return _duplicates(user, item, int(n_users), int(n_items), order)
@@ -154,8 +178,17 @@ def _index(k) -> str: return f"index {k}"
 
 def _pair_label(u, i) -> str: return f"user={show(u)}, item={show(i)}"
 
+@njit(parallel=True, cache=True)
+def _all_in(rating, lo, hi):
+    "Whether every rating is a number in [lo, hi] (one parallel pass; NaN fails both comparisons)."
+    bad = 0
+    for k in prange(rating.shape[0]):
+        bad += 0 if lo <= rating[k] <= hi else 1
+    return bad == 0
+
 def _check_values(rating, rating_min, rating_max, where, label, row=_index):
     "NaN and out-of-range ratings; `label(k)` names the ids of row k, `row(k)` where it is."
+    if rating.dtype == np.float32 and _all_in(rating, np.float32(rating_min), np.float32(rating_max)): return
     nan = np.isnan(rating)
     if nan.any():
         k = int(np.argmax(nan))
@@ -198,8 +231,9 @@ def _validate(r: Ratings) -> Ratings:
         raise ValueError(f"{where}: item_features must be an ItemFeatures object with {r.n_items:,} rows, got {f!r}")
     label = lambda k: _label(r, k)
     _check_values(r.rating, r.rating_min, r.rating_max, where, label)
-    dup, count, a, b = _find_duplicates(r.user, r.item, r.n_users, r.n_items)
-    if count: raise ValueError(_dup_message(where, a, b, count, label))
+    if _has_duplicates(r.user, r.item, r.n_users, r.n_items):          # the serial pass then names the first pair
+        dup, count, a, b = _find_duplicates(r.user, r.item, r.n_users, r.n_items)
+        raise ValueError(_dup_message(where, a, b, count, label))
     return r
 
 # %% ../nbs/00a_ratings.ipynb #c5c703a8

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math, time
 import numba
 import numpy as np
+from .grouping import keep_per_user
 from fastcore.basics import patch
 from numba import njit, prange
 from tqdm.auto import tqdm
@@ -87,11 +88,8 @@ def trim_ratings(train: Ratings,  # the training ratings
                  ) -> Ratings:
     "At most `tau` ratings of each user, chosen uniformly at random (the other users' ratings untouched)."
     tau, seed = check_int("tau", tau, 1), check_int("seed", seed, 0)
-    key = np.random.default_rng(seed).random(len(train))
-    order = np.lexsort((key, train.user))
-    u = train.user[order]
-    rank = np.arange(len(u)) - np.searchsorted(u, u, side="left")   # position within the user's random order
-    return train.take(np.sort(order[rank < tau]), name=f"{train.name} (trimmed to tau={tau})")
+    kept = keep_per_user(train.user, tau, np.random.default_rng(seed), train.n_users)   # the one trimming (grouping)
+    return train.take(kept, name=f"{train.name} (trimmed to tau={tau})")
 
 def reweighting(counts: np.ndarray,  # ratings per user n_i
                 tau: int,            # the weight budget: a user's weights sum to at most tau

@@ -1,0 +1,169 @@
+"""The O(n) grouping of nbs/00h_grouping.ipynb and the kernels built on it: each equal, to the bit, to the comparison-sort
+or numpy reference it replaced (sorted and unsorted data, one and two threads), and the per-user trimming's law tested
+with power."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from scipy import stats
+
+from dpmf_lit.baselines import item_totals, ridge_offsets, user_offsets
+from dpmf_lit.data import Ratings
+from dpmf_lit.dpals import _eigh, by_item, item_codes, item_statistics
+from dpmf_lit.grouping import group_by, keep_mask, keep_per_user, subset_frequencies, take
+from dpmf_lit.kernels import numba_threads, to_csr
+from dpmf_lit.stats import ACCEPT, REJECT
+
+
+def _lexsort_keep(user, tau, keys, prio=None):
+    "The former trimming: a stable lexicographic sort by (user, priority, key), the first tau of each user."
+    order = np.lexsort((keys, user) if prio is None else (keys, prio, user))
+    u = user[order]
+    return np.sort(order[np.arange(len(u)) - np.searchsorted(u, u, side="left") < tau])
+
+
+class _Keys:
+    "A stand-in generator whose `random(size)` hands out the next `size` of fixed keys (ties on purpose)."
+    def __init__(self, keys): self.keys, self.at = keys, 0
+    def random(self, size):
+        out = self.keys[self.at:self.at + size]; self.at += size
+        return out
+
+
+codes = st.lists(st.integers(0, 9), min_size=0, max_size=300)
+
+
+@settings(max_examples=60, deadline=None)
+@given(codes, st.booleans(), st.sampled_from([1, 2]))
+def test_group_by_is_the_stable_argsort(keys, presorted, threads):
+    key = np.array(sorted(keys) if presorted else keys, np.int32)
+    with numba_threads(threads): ptr, order = group_by(key, 10)
+    assert np.array_equal(ptr, np.r_[0, np.cumsum(np.bincount(key, minlength=10))])
+    mask = np.arange(len(key)) % 3 != 0
+    with numba_threads(threads): mptr, morder = group_by(key, 10, mask=mask)
+    assert np.array_equal(morder, np.flatnonzero(mask)[np.argsort(key[mask], kind="stable")])
+    assert np.array_equal(mptr, np.r_[0, np.cumsum(np.bincount(key[mask], minlength=10))])
+    got = np.arange(len(key)) if order is None else order
+    assert np.array_equal(got, np.argsort(key, kind="stable"))
+    assert (order is None) == bool(np.all(np.diff(key) >= 0))
+
+
+@settings(max_examples=40, deadline=None)
+@given(codes, st.booleans(), st.integers(0, 2**32 - 1))
+def test_to_csr_is_the_former_sort(rows, presorted, seed):
+    row = np.array(sorted(rows) if presorted else rows, np.int32)
+    g = np.random.default_rng(seed)
+    col, val = g.integers(0, 50, len(row)).astype(np.int32), g.random(len(row)).astype(np.float32)
+    o = np.argsort(row, kind="stable")
+    ptr, c, v = to_csr(row, col, val, 10)
+    assert np.array_equal(ptr, np.r_[0, np.cumsum(np.bincount(row, minlength=10))])
+    assert np.array_equal(c, col[o]) and np.array_equal(v, val[o]) and c.dtype == np.int32 and v.dtype == np.float32
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 7), min_size=1, max_size=200), st.integers(1, 6), st.booleans(), st.booleans(),
+       st.integers(1, 50), st.integers(0, 2**32 - 1), st.sampled_from([1, 2]))
+def test_trimming_is_the_former_lexsort(users, tau, presorted, ties, block, seed, threads):
+    user = np.array(sorted(users) if presorted else users, np.int32)
+    g = np.random.default_rng(seed)
+    keys = g.integers(0, 3, len(user)) / 4.0 if ties else g.random(len(user))    # ties: broken by the earlier rating
+    item, prio = g.integers(0, 5, len(user)).astype(np.int32), g.integers(0, 2, 5).astype(np.float64)
+    with numba_threads(threads):
+        assert np.array_equal(keep_per_user(user, tau, _Keys(keys), 10, block=block), _lexsort_keep(user, tau, keys))
+        assert np.array_equal(keep_per_user(user, tau, _Keys(keys), 10, item=item, priority=prio, block=block),
+                              _lexsort_keep(user, tau, keys, prio[item]))
+
+
+def test_trimming_draws_the_keys_of_rng_random_in_rating_order():
+    user = np.sort(np.random.default_rng(0).integers(0, 300, 20_000)).astype(np.int32)
+    for block in (1 << 22, 1000, 7):          # blocks of whole users draw the same stream
+        got = keep_per_user(user, 20, np.random.default_rng(3), block=block)
+        assert np.array_equal(got, _lexsort_keep(user, 20, np.random.default_rng(3).random(len(user))))
+    assert np.array_equal(keep_per_user(user[::-1].copy(), 20, np.random.default_rng(3)),
+                          _lexsort_keep(user[::-1].copy(), 20, np.random.default_rng(3).random(len(user))))
+
+
+def test_trimming_empty_and_small_users():
+    assert keep_per_user(np.zeros(0, np.int32), 3, np.random.default_rng(0)).size == 0
+    user = np.array([4, 4, 0, 4], np.int32)                 # users 1-3 have no rating; user 0 one
+    assert keep_mask(user, 2, np.random.default_rng(0), 6).sum() == 3
+    with pytest.raises(ValueError, match="max_ratings"): keep_per_user(user, 0, np.random.default_rng(0))
+
+
+def test_each_subset_is_equally_likely_and_a_biased_sampler_is_caught():
+    for n, tau, seed in ((6, 3, 1), (5, 2, 2)):
+        f = subset_frequencies(n, tau, draws=20_000, seed=seed)
+        assert stats.chisquare(f).pvalue > ACCEPT, f
+        assert stats.chisquare(subset_frequencies(n, tau, draws=20_000, seed=seed, bias=0.1)).pvalue < REJECT
+
+
+def test_two_users_trimmed_independently():
+    "The subsets of two users are independent (the keys are i.i.d.): a chi-square of the joint table."
+    user = np.repeat(np.arange(2), 4).astype(np.int32)
+    joint = np.zeros((4, 4), np.int64)
+    for s in range(8000):
+        k = keep_per_user(user, 1, np.random.default_rng([9, s]))
+        joint[k[0], k[1] - 4] += 1
+    assert stats.chi2_contingency(joint).pvalue > ACCEPT
+
+
+def _ratings(seed, n_users=40, n_items=30, n=600, presorted=True):
+    g = np.random.default_rng(seed)
+    pairs = g.choice(n_users * n_items, n, replace=False)
+    if presorted: pairs = np.sort(pairs)
+    return Ratings((pairs // n_items).astype(np.int32), (pairs % n_items).astype(np.int32),
+                   g.integers(1, 6, n).astype(np.float32), n_users, n_items, 1.0, 5.0)
+
+
+@pytest.mark.parametrize("presorted", [True, False])
+def test_item_totals_and_user_offsets_are_the_numpy_passes(presorted):
+    r = _ratings(0, presorted=presorted)
+    kept = keep_mask(r.user, 5, np.random.default_rng(1), r.n_users)
+    sub = r.take(np.flatnonzero(kept))
+    x = np.clip(sub.rating.astype(np.float64) - 2.7, -2, 2)
+    S, C = item_totals(r, 2.7, kept)
+    assert np.array_equal(S, np.bincount(sub.item, x, r.n_items)) and np.array_equal(C, np.bincount(sub.item, minlength=r.n_items))
+    c = np.random.default_rng(2).normal(size=r.n_items)
+    assert np.array_equal(user_offsets(r, 3.0, c, 2.0), ridge_offsets(r.user, r.rating - 3.0 - c[r.item], r.n_users, 2.0))
+
+
+@pytest.mark.parametrize("presorted", [True, False])
+def test_by_item_is_the_stable_argsort(presorted):
+    r = _ratings(3, presorted=presorted)
+    mask = keep_mask(r.user, 6, np.random.default_rng(0), r.n_users)
+    kept = np.flatnonzero(mask)
+    ptr, u, x = by_item(r, mask)
+    o = np.argsort(r.item[kept], kind="stable")
+    assert np.array_equal(u, r.user[kept][o]) and np.array_equal(item_codes(ptr), r.item[kept][o])
+    assert np.array_equal(x, r.rating[kept][o]) and ptr[-1] == len(kept)
+    # the targets formed in the statistics kernel are the clipped residuals formed before it, to the bit
+    g = np.random.default_rng(1)
+    U, c, b, dots = g.normal(size=(r.n_users, 4)), g.normal(size=r.n_items), g.normal(size=r.n_users).astype(np.float32), g.normal(size=len(u))
+    xx = np.clip(x.astype(np.float64) - 3.0 - c[item_codes(ptr)] - b[u] - dots, -1.5, 1.5)
+    for got, want in zip(item_statistics(ptr, u, x, U, 3.0, c, b, dots, 1.5), item_statistics(ptr, u, xx, U)):
+        assert np.array_equal(got, want)
+
+
+def test_threaded_eigh_is_numpys():
+    g = np.random.default_rng(0)
+    A = g.normal(size=(101, 5, 5)); A = A + A.transpose(0, 2, 1)
+    with numba_threads(2): w, Q = _eigh(A)
+    w0, Q0 = np.linalg.eigh(A)
+    assert np.array_equal(w, w0) and np.array_equal(Q, Q0)
+
+
+@pytest.mark.parametrize("presorted", [True, False])
+def test_validation_finds_the_same_repeated_pair_and_bad_rating(presorted):
+    r = _ratings(4, presorted=presorted)
+    r.validate()
+    dup = Ratings(np.r_[r.user, r.user[7]].astype(np.int32), np.r_[r.item, r.item[7]].astype(np.int32),
+                  np.r_[r.rating, 3.0].astype(np.float32), r.n_users, r.n_items, 1.0, 5.0)
+    with pytest.raises(ValueError, match=r"duplicate \(user, item\) pair .* at index 7 and index 600; 1 duplicate"): dup.validate()
+    for bad, msg in ((np.nan, "rating is NaN at index 5"), (9.0, "rating=9 at index 5")):
+        rating = r.rating.copy(); rating[5] = bad
+        with pytest.raises(ValueError, match=msg):
+            Ratings(r.user, r.item, rating, r.n_users, r.n_items, 1.0, 5.0).validate()
+
+
+def test_take_gathers():
+    a = np.arange(10, dtype=np.int32)
+    assert np.array_equal(take(a, np.array([9, 0, 9])), [9, 0, 9]) and take(a, np.array([1]), np.float64).dtype == np.float64
