@@ -16,7 +16,8 @@ from .mechanism import get_mechanism, mechanisms
 
 # %% auto #0
 __all__ = ['PARAMS', 'GOALS', 'SPEEDUP', 'EPOCH_D', 'FAST', 'private_mechanisms', 'time_fit', 'sgd_epoch_seconds',
-           'mechanism_bench', 'mechanism_ratios', 'format_mechanism_table', 'fit_at_scale']
+           'mechanism_bench', 'mechanism_ratios', 'format_mechanism_table', 'dpals_parts', 'fit_at_scale', 'goal_table',
+           'parts_table']
 
 # %% ../nbs/91c_bench_mechanisms.ipynb #9c4e53d4
 PARAMS = {"dpals": dict(d=16, epochs=3)}     # the ones not at their defaults
@@ -105,6 +106,36 @@ def format_mechanism_table(rows: list[dict]) -> str:
                    f"{r['sgd_epoch_s']:.3f} s | {r['epochs']:.2f} |\n" for r in rows)
     return head.format(d=rows[0]["epoch_d"] if rows else EPOCH_D) + body
 
+# %% ../nbs/91c_bench_mechanisms.ipynb #2288dbc7
+def _best(f, repeats: int = 2) -> float:
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter(); f(); out.append(time.perf_counter() - t0)
+    return min(out)
+
+def dpals_parts(r, threads: int = 2, d: int = 16, max_ratings: int = 100, seed: int = 0) -> dict:
+    "Seconds of one of each part of a DPALS fit on `r` (best of two): trim, user sweep, item statistics, release, item solve."
+    from dpmf_lit.dpals import by_item, item_statistics, noisy_statistics, solve_items, user_step
+    from dpmf_lit.grouping import keep_mask
+    from dpmf_lit.kernels import to_csr
+    g = np.random.default_rng(seed)
+    V, c = (0.1 * g.standard_normal((r.n_items, d))).astype(np.float32), np.zeros(r.n_items, np.float32)
+    with numba_threads(threads):
+        user_step(_tiny(), V[:300], c[:300], 3.0, 5.0)        # compiled (or loaded from the cache) before timing
+        mask = keep_mask(r.user, max_ratings, np.random.default_rng(seed), r.n_users)
+        ptr, ku, kr = by_item(r, mask)
+        csr = to_csr(r.user, r.item, r.rating, r.n_users)
+        U, b = user_step(r, V, c, 3.0, 5.0, csr)
+        U64 = 0.1 * U.astype(np.float64) / max(1.0, float(np.abs(U).max()))
+        A, beta = item_statistics(ptr, ku, kr, U64, 3.0, c, b, None, 2.0)
+        out = {"trim": _best(lambda: keep_mask(r.user, max_ratings, np.random.default_rng(seed), r.n_users)),
+               "group_by_item": _best(lambda: by_item(r, mask)),
+               "user_sweep": _best(lambda: user_step(r, V, c, 3.0, 5.0, csr)),
+               "item_statistics": _best(lambda: item_statistics(ptr, ku, kr, U64, 3.0, c, b, None, 2.0)),
+               "release": _best(lambda: noisy_statistics(A, beta, 1.0, 1.0, np.random.default_rng(seed))),
+               "item_solve": _best(lambda: solve_items(A, beta, 1000.0))}
+    return {"threads": threads, "d": d, "kept": int(mask.sum()), **out}
+
 # %% ../nbs/91c_bench_mechanisms.ipynb #29f24dde
 def _status_kb(key: str) -> int:
     with open("/proc/self/status") as f:
@@ -146,3 +177,34 @@ def fit_at_scale(name: str,                  # the mechanism
     out = json.loads(p.stdout.strip().splitlines()[-1])
     out["limit_bytes"] = 2 * out["ratings_bytes"] + out["factors_bytes"]
     return {"mechanism": name, "threads": threads, **out, "peak_met": out["peak_bytes"] <= out["limit_bytes"]}
+
+# %% ../nbs/91c_bench_mechanisms.ipynb #c1900420
+def goal_table(rec: dict) -> str:
+    "The goals against a `mechanism-throughput` record (its numbers), each met or missed, as a markdown table."
+    verdict = lambda ok: "**met**" if ok else "**missed**"
+    rat, out = rec["ratios"], ["| goal | measured | |", "|---|---|---|"]
+    for n, g in GOALS.items():
+        if n in rat:
+            r = rat[n]
+            out.append(f"| {n}: whole fit ≤ {g:g} SGD epochs, {r['threads']} threads | {r['epochs']:.2f} epochs "
+                       f"({r['fit_s']:.3g} s, {r['ratings_per_s'] / 1e6:.1f} M ratings/s) | {verdict(r['epochs'] <= g)} |")
+    for n, g in SPEEDUP.items():
+        if n in rat and rat[n]["speedup"] is not None:
+            out.append(f"| {n}: 1 → {rat[n]['threads']} threads ≥ {g:g}× | {rat[n]['speedup']:.2f}× | {verdict(rat[n]['speedup'] >= g)} |")
+    for s in rec["scale"]:
+        wall = f"; DPALS ≤ 60 s: {verdict(s['fit_s'] <= 60)}" if s["mechanism"] == "dpals" else ""
+        out.append(f"| {s['mechanism']} at {s['n_ratings'] / 1e6:g} M ratings, {s['threads']} threads: peak ≤ 2 × ratings "
+                   f"+ factors = {s['limit_bytes'] / 2**30:.2f} GiB | {s['fit_s']:.3g} s{wall}; peak {s['peak_bytes'] / 2**30:.2f} GiB "
+                   f"({s['before_fit_bytes'] / 2**30:.2f} GiB before the fit) | {verdict(s['peak_met'])} |")
+    return "\n".join(out)
+
+def parts_table(rec: dict) -> str:
+    "DPALS's parts from a `mechanism-throughput` record, each in SGD epochs of the same threads, with how often a fit of T rounds runs it."
+    per_fit = {"trim": "2", "group_by_item": "1", "user_sweep": "T + 1", "item_statistics": "T", "release": "T", "item_solve": "T"}
+    epoch = {r["threads"]: r["sgd_epoch_s"] for r in rec["rows"]}
+    parts = list(rec["dpals_parts"].values())
+    out = ["| part | per fit | " + " | ".join(f"{p['threads']} thread{'s' if p['threads'] > 1 else ''}" for p in parts) + " |",
+           "|---|---|" + "---|" * len(parts)]
+    for k, n in per_fit.items():
+        out.append(f"| {k} | {n} | " + " | ".join(f"{p[k] / epoch[p['threads']]:.2f} epochs ({p[k]:.3g} s)" for p in parts) + " |")
+    return "\n".join(out)

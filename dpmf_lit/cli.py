@@ -281,9 +281,24 @@ def _bench_options(p: argparse.ArgumentParser):
     p.add_argument("--no-limits", dest="limits", action="store_false", default=None,
                    help="skip the memory-bandwidth and random-row measurements")
     p.add_argument("--seed", type=int, default=None, help="seed of the data and the factors (default: 0)")
+    p.add_argument("--mechanisms", nargs="*", metavar="NAME", default=None,
+                   help="time whole fits of these private mechanisms instead, beside one SGD epoch (d = the first --d, default 64) on "
+                        "the same data and threads (no NAME: dp-bias, user-features, dpals, dp-bias-features, user-mean; default data: synthetic-netflix)")
+
+def _bench_mechanisms(args) -> int:
+    from dpmf_lit import bench_mechanisms as bm
+    from dpmf_lit.mechanism import get_mechanism
+    names = args.mechanisms or list(bm.FAST)
+    for n in names: get_mechanism(n)                        # an unknown name: a usage error before any work
+    if args.datasets and len(args.datasets) > 1: raise ValueError(f"--datasets: one data set with --mechanisms, got {len(args.datasets)}")
+    rows = bm.mechanism_bench(args.datasets[0] if args.datasets else "synthetic-netflix", names, args.threads or (1, 2),
+                              args.ds[0] if args.ds else bm.EPOCH_D, args.repeats or 1, args.seed or 0, sys.stderr.isatty())
+    print(json.dumps(to_jsonable(rows), indent=1) if args.json else bm.format_mechanism_table(rows))
+    return 0
 
 def cmd_bench(args) -> int:
     from dpmf_lit import bench
+    if args.mechanisms is not None: return _bench_mechanisms(args)
     sig = inspect.signature(bench.run_bench).parameters
     kwargs = {k: getattr(args, k) for k in _BENCH_OPTIONS if k in sig and getattr(args, k, None) is not None}
     if "progress" in sig: kwargs["progress"] = sys.stderr.isatty()
