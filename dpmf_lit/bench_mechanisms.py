@@ -10,7 +10,7 @@ import json, os, subprocess, sys, time
 import numpy as np
 from tqdm.auto import tqdm
 from .bench import _bench_dpmf, bench_dataset
-from .checks import check_int, check_positive
+from .checks import check_choice, check_int, check_positive
 from .kernels import numba_threads
 from .mechanism import get_mechanism, mechanisms
 
@@ -65,8 +65,10 @@ def mechanism_bench(r,                     # the ratings (a `Ratings`), or a `be
                     repeats: int = 1,      # timed fits, the best kept
                     seed: int = 0,         # seed of the data (a name) and of the mechanisms
                     progress: bool = True, # draw a progress bar
+                    errors: str = "raise", # a fit that fails at its defaults: 'raise', or 'record' it as a row with its `error`
                     ) -> list[dict]:
     "One row per (mechanism, threads): whole-fit seconds, ratings per second, and the fit in SGD epochs of the same data and threads."
+    check_choice("errors", errors, ("raise", "record"))
     r = bench_dataset(r, seed=seed) if isinstance(r, str) else r
     names, threads = list(names), sorted({check_int("threads", t, 1) for t in threads})
     for n in names: get_mechanism(n)                 # an unknown name fails before any work
@@ -77,7 +79,11 @@ def mechanism_bench(r,                     # the ratings (a `Ratings`), or a `be
                 bar.set_postfix_str(f"SGD epoch, {t} thread(s)"); epoch = sgd_epoch_seconds(r, d, t, seed); bar.update()
                 for n in names:
                     bar.set_postfix_str(f"{n}, {t} thread(s)")
-                    f = time_fit(n, r, repeats, seed)
+                    try: f = time_fit(n, r, repeats, seed)
+                    except (ValueError, RuntimeError) as e:
+                        if errors == "raise": raise
+                        rows.append(dict(mechanism=n, threads=t, n_ratings=len(r), dataset=r.name, params=PARAMS.get(n, {}),
+                                         error=str(e), sgd_epoch_s=epoch, epoch_d=d)); bar.update(); continue
                     rows.append(dict(mechanism=n, threads=t, n_ratings=len(r), dataset=r.name, params=PARAMS.get(n, {}),
                                      **f, ratings_per_s=len(r) / f["fit_s"], sgd_epoch_s=epoch, epoch_d=d,
                                      epochs=f["fit_s"] / epoch))
@@ -89,8 +95,8 @@ def mechanism_bench(r,                     # the ratings (a `Ratings`), or a `be
 def mechanism_ratios(rows: list[dict]) -> dict:
     "{mechanism: {epochs, speedup, goal_epochs, met, ...}} at the most threads of `rows`."
     out = {}
-    for n in dict.fromkeys(r["mechanism"] for r in rows):
-        mine = sorted((r for r in rows if r["mechanism"] == n), key=lambda r: r["threads"])
+    for n in dict.fromkeys(r["mechanism"] for r in rows if not r.get("error")):
+        mine = sorted((r for r in rows if r["mechanism"] == n and not r.get("error")), key=lambda r: r["threads"])
         lo, hi = mine[0], mine[-1]
         e = {"threads": hi["threads"], "fit_s": hi["fit_s"], "epochs": hi["epochs"], "ratings_per_s": hi["ratings_per_s"],
              "speedup": lo["fit_s"] / hi["fit_s"] if hi["threads"] > lo["threads"] else None}
@@ -102,9 +108,10 @@ def mechanism_ratios(rows: list[dict]) -> dict:
 def format_mechanism_table(rows: list[dict]) -> str:
     "A markdown table of `mechanism_bench` rows."
     head = "| mechanism | threads | whole fit | ratings/s | SGD epoch (d = {d}) | fit in epochs |\n|---|---|---|---|---|---|\n"
-    body = "".join(f"| {r['mechanism']} | {r['threads']} | {r['fit_s']:.3f} s | {r['ratings_per_s'] / 1e6:.1f} M | "
-                   f"{r['sgd_epoch_s']:.3f} s | {r['epochs']:.2f} |\n" for r in rows)
-    return head.format(d=rows[0]["epoch_d"] if rows else EPOCH_D) + body
+    body = "".join(f"| {r['mechanism']} | {r['threads']} | {r['fit_s']:.3g} s | {r['ratings_per_s'] / 1e6:.1f} M | "
+                   f"{r['sgd_epoch_s']:.3g} s | {r['epochs']:.3g} |\n" if not r.get("error") else
+                   f"| {r['mechanism']} | {r['threads']} | failed at its defaults: {r['error'][:120]} | | {r['sgd_epoch_s']:.3g} s | |\n" for r in rows)
+    return head.format(d=rows[0].get("epoch_d", EPOCH_D) if rows else EPOCH_D) + body
 
 # %% ../nbs/91c_bench_mechanisms.ipynb #2288dbc7
 def _best(f, repeats: int = 2) -> float:
