@@ -156,7 +156,9 @@ def _item_totals(item, rating, keep, mean, half, n_items):
 def item_totals(ratings: Ratings, mean: float, kept=None) -> tuple[np.ndarray, np.ndarray]:
     "Per item: S_j, the sum of ratings centred on `mean` and clipped to ±R/2, and the count C_j (float64), of the ratings the boolean mask `kept` marks (None: all); one pass."
     half = (ratings.rating_max - ratings.rating_min) / 2
-    kept = np.zeros(0, np.bool_) if kept is None else np.asarray(kept, np.bool_)
+    kept = np.zeros(0, np.bool_) if kept is None else np.asarray(kept)
+    if kept.shape[0] and (kept.dtype != np.bool_ or kept.shape != ratings.rating.shape):
+        raise ValueError(f"kept: a boolean mask of the {len(ratings):,} ratings, got dtype {kept.dtype} shape {kept.shape}")
     return _item_totals(ratings.item, ratings.rating, kept, float(mean), half, ratings.n_items)
 
 # %% ../nbs/09_baselines.ipynb #18ac809e

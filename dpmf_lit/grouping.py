@@ -9,6 +9,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 from numba import njit, prange
+import dpmf_lit.settings   # noqa: F401  (the OpenMP wait policy, before the first parallel kernel)
 from .checks import check_int
 
 # %% auto #0
@@ -66,13 +67,15 @@ def group_by(key,          # one code per rating, in [0, n_keys)
              ) -> tuple[np.ndarray, np.ndarray | None]:
     "(ptr, order): the positions of code v are order[ptr[v]:ptr[v+1]], increasing (a stable counting sort, O(n + n_keys)); `order` is None when there is no `mask` and `key` is already non-decreasing (then they are ptr[v], …, ptr[v+1]−1)."
     key, n_keys = np.ascontiguousarray(key), check_int("n_keys", n_keys, 1)
+    if key.dtype.kind not in "iu": raise ValueError(f"key: dtype {key.dtype} must be an integer type (codes)")
     if len(key) and (int(key.min()) < 0 or int(key.max()) >= n_keys):
         raise ValueError(f"key: codes span [{int(key.min())}, {int(key.max())}], outside [0, n_keys={n_keys})")
     if mask is None:
         if len(key) == 0: return np.zeros(n_keys + 1, np.int64), None
         if _is_sorted(key, _threads()): return _sorted_ptr(key, n_keys, _threads()), None
         mask = np.zeros(0, np.bool_)
-    elif np.shape(mask) != key.shape: raise ValueError(f"mask: shape {np.shape(mask)}, not the keys' {key.shape}")
+    elif np.shape(mask) != key.shape or np.asarray(mask).dtype != np.bool_:
+        raise ValueError(f"mask: a boolean mask of the keys' shape {key.shape}, got dtype {np.asarray(mask).dtype} shape {np.shape(mask)}")
     n = len(key) if len(mask) == 0 else int(np.count_nonzero(mask))
     order = np.empty(n, np.int32 if len(key) < 2**31 - 1 else np.int64)
     return _counting_order(key, n_keys, _threads(), order, np.ascontiguousarray(mask, np.bool_)), order

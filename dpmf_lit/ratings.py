@@ -188,7 +188,8 @@ def _all_in(rating, lo, hi):
 
 def _check_values(rating, rating_min, rating_max, where, label, row=_index):
     "NaN and out-of-range ratings; `label(k)` names the ids of row k, `row(k)` where it is."
-    if rating.dtype == np.float32 and _all_in(rating, np.float32(rating_min), np.float32(rating_max)): return
+    exact = float(np.float32(rating_min)) == float(rating_min) and float(np.float32(rating_max)) == float(rating_max)
+    if rating.dtype == np.float32 and exact and _all_in(rating, np.float32(rating_min), np.float32(rating_max)): return   # the bounds as numpy compares them
     nan = np.isnan(rating)
     if nan.any():
         k = int(np.argmax(nan))

@@ -167,3 +167,16 @@ def test_validation_finds_the_same_repeated_pair_and_bad_rating(presorted):
 def test_take_gathers():
     a = np.arange(10, dtype=np.int32)
     assert np.array_equal(take(a, np.array([9, 0, 9])), [9, 0, 9]) and take(a, np.array([1]), np.float64).dtype == np.float64
+
+
+def test_masks_and_keys_are_checked():
+    r = _ratings(5)
+    idx = keep_per_user(r.user, 2, np.random.default_rng(0), r.n_users)     # indices, not a mask
+    with pytest.raises(ValueError, match="kept: a boolean mask"): item_totals(r, 3.0, idx)
+    with pytest.raises(ValueError, match="mask: a boolean mask"): group_by(r.item, r.n_items, mask=np.arange(len(r)))
+    with pytest.raises(ValueError, match="integer type"): group_by(np.array([0.0, 1.5]), 3)
+
+
+def test_a_bound_float32_cannot_hold_is_checked_as_numpy_checks_it():
+    bad = Ratings(np.array([0, 1], np.int32), np.zeros(2, np.int32), np.float32([1.0, 5.0]), 2, 1, 1.0, np.float64(4.99999999))
+    with pytest.raises(ValueError, match="outside the declared range"): bad.validate()
