@@ -10,7 +10,9 @@ Modules:
 - `dpmf_lit.checks`: One set of validators for every public function and mechanism: a bad argument gets a `ValueError` that names the argument and its value, before any work starts.
 - `dpmf_lit.cli`: `dpmf`: fetch and list data, fit a mechanism, benchmark the kernels, reproduce every figure.
 - `dpmf_lit.cli_commands`: `dpmf compare` and `dpmf audit`: run the comparison's batch entry or an empirical privacy audit and print the result
-- `dpmf_lit.compare`: Which mechanism at which ε, and does it beat releasing nothing? Every mechanism of this repository on one split, tuned on validation, at equal ε for a stated unit, beside the baselines that release nothing or little
+- `dpmf_lit.compare`: Which mechanism at which ε, and does it beat releasing nothing? Every mechanism of this repository at equal ε for a stated unit, over several random splits, tuned on validation and on a public stand-in, with paired intervals against the baselines that release nothing or little
+- `dpmf_lit.compare_figures`: Figures 1–3 of the comparison at equal privacy, drawn from its record: test RMSE against ε per unit, against the number of users, and by item popularity
+- `dpmf_lit.compare_stats`: What the comparison at equal privacy computes besides the fits: a public stand-in to choose settings on at no privacy cost, the margin over releasing nothing with its paired interval over users, seeds and splits, the verdict it supports, and item-popularity slices from DP counts
 - `dpmf_lit.data`: The ratings data model, loaders of the published formats, data sets by name (fetched and verified), public item features, subsets, splits and a synthetic generator, in one namespace.
 - `dpmf_lit.datasets`: Data sets by name: where `settings.ini` says each one lives, fetching MovieLens 100K (GroupLens or the RecBole wheel on PyPI), verifying count and checksum, and loading, with the public item features each one ships.
 - `dpmf_lit.dpals`: Chien et al. (2021): each user solves their own profile on their device; the items solve from Gaussian-noised sufficient statistics; user-level joint differential privacy, composed over the rounds

@@ -13,8 +13,8 @@ from .formats import FORMATS
 from .item_features import ITEM_FORMATS
 from .ratings import _ON_DUPLICATE
 from .settings import PROFILES, load_settings
-from .experiment import known_datasets, load_ratings, parse_assignments, parse_dataset_spec, to_jsonable
-from .provenance import (committed_results, compare_records, format_comparison, format_status, load_manifest,
+from .experiment import dataset_kind, known_datasets, load_data, load_ratings, parse_assignments, parse_dataset_spec, to_jsonable
+from .provenance import (committed_results, profile_settings, compare_records, format_comparison, format_status, load_manifest,
                                  load_results, select, status)
 from .outputs import format_outputs_status, outputs_status, store_outputs
 from .reproduce import reproduce
@@ -161,23 +161,6 @@ class _FitHelp(argparse.Action):
         print(mechanism_parameters_help(name) if name else parser.format_help().rstrip("\n"))
         parser.exit()
 
-# %% ../nbs/93_cli.ipynb #6e2644eb
-def _dataset_kind(dataset: str, settings, format: str | None = None, options: dict | None = None) -> str:
-    "How `fit_report` reads `dataset`: 'settings' (a name of settings.ini), 'file' or 'synthetic'; every argument checked, nothing read."
-    from dpmf_lit import data
-    options, spec = options or {}, dataset.strip() if isinstance(dataset, str) else dataset
-    if isinstance(spec, str) and spec.partition(":")[0].strip() != "synthetic" and spec not in settings.datasets \
-            and data.is_ratings_path(spec):
-        data.check_file(spec, format, **options); return "file"
-    name, _ = parse_dataset_spec(dataset)
-    if name != "synthetic" and name not in settings.datasets:
-        raise ValueError(f"dataset={name!r} is unknown; known: {known_datasets(settings)}, or the path of a ratings file")
-    if format is not None: raise ValueError(f"format={format!r} is for a ratings file given by its path, not dataset={dataset!r}")
-    if name == "synthetic" and options:
-        raise ValueError(f"{', '.join(f'{k}={v!r}' for k, v in options.items())}: a loader option, for a ratings file or a "
-                         f"data set of settings.ini, not for the generated dataset={dataset!r}")
-    return "synthetic" if name == "synthetic" else "settings"
-
 # %% ../nbs/93_cli.ipynb #b223994c
 @contextlib.contextmanager
 def numba_compile_seconds():
@@ -200,14 +183,9 @@ def fit_report(mechanism: str, dataset: str, params: dict | None = None, test_fr
     params, options = dict(params or {}), ({} if on_duplicate is None else {"on_duplicate": on_duplicate})
     cls = get_mechanism(mechanism)
     settings = settings or load_settings()
-    kind = _dataset_kind(dataset, settings, format, options)
+    dataset_kind(dataset, settings, format, options)
     model = cls(**params)                      # names an unknown parameter or a bad value, before any data is loaded
-    if item_format is not None and item_features is None: raise ValueError("--item-format is the format of the --item-features file")
-    items = None if item_features is None else data.read_items(item_features, item_format)   # a bad file stops here
-    if kind == "file": ratings = data.load_file(dataset.strip(), format, **options)
-    elif kind == "settings": ratings = data.load_dataset(dataset.strip(), settings=settings, item_features=items is None, **options)
-    else: ratings = load_ratings(dataset, settings=settings)
-    if items is not None: ratings = data.attach_item_features(ratings, items)
+    ratings = load_data(dataset, settings, format, options, item_features, item_format)
     train, test = data.random_split(ratings, test_fraction=test_fraction, seed=seed)
     with numba_compile_seconds() as compiling: fitted = model.fit(train, progress=progress)
     metrics = mf.evaluate(fitted, test)
@@ -328,6 +306,7 @@ def _reproduce_outputs(args, settings) -> int:
 
 def _reproduce_compare(args, settings) -> int:
     "`--compare REV|FILE`: the results file number by number against REV's committed one (or a file); exit 1 on a difference."
+    settings = profile_settings(settings, args.profile or settings.profile)
     ref = Path(args.compare)
     before = load_results(ref) if ref.is_file() else committed_results(settings.results_file, args.compare)
     if before is None: raise ValueError(f"--compare {args.compare!r} is neither a results file nor a git revision that holds {settings.results_file}")

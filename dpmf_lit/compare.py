@@ -1,4 +1,4 @@
-"""Which mechanism at which ε, and does it beat releasing nothing? Every mechanism of this repository on one split, tuned on validation, at equal ε for a stated unit, beside the baselines that release nothing or little
+"""Which mechanism at which ε, and does it beat releasing nothing? Every mechanism of this repository at equal ε for a stated unit, over several random splits, tuned on validation and on a public stand-in, with paired intervals against the baselines that release nothing or little
 
 Docs: https://dpmf-lit.github.io/dpmf-lit/compare.html.md"""
 
@@ -12,16 +12,16 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 from .checks import check_choice, check_int, show
+from .compare_stats import SLICES, margin_interval, popularity_slices, public_standin, slice_errors, verdict
 from .data import Ratings, random_split, synthetic
 from .mechanism import get_mechanism
 from .mf import evaluate
 
 # %% auto #0
-__all__ = ['CONTENDERS', 'RELEASE_NOTHING', 'BASELINES', 'NO_GUARANTEE', 'NOT_AT_A_TARGET', 'USER_CONTENDERS', 'UNITS',
-           'PAPER_ROWS', 'INDEX_HEADING', 'three_way_split', 'Contender', 'run_contender', 'margin_interval',
-           'floor_row', 'compare_epsilons', 'compare_users', 'panel', 'beats_nothing_from', 'comparison_record',
-           'comparison_table', 'answer', 'ablation_table', 'paper_verdicts', 'index_block', 'sync_index',
-           'figure_epsilon', 'figure_users']
+__all__ = ['CONTENDERS', 'RELEASE_NOTHING', 'BASELINES', 'NO_GUARANTEE', 'NOT_AT_A_TARGET', 'SELECTIONS', 'USER_CONTENDERS',
+           'UNITS', 'PAPER_ROWS', 'INDEX_HEADING', 'three_way_split', 'Contender', 'run_contender', 'floor_row',
+           'compare_epsilons', 'compare_users', 'panel', 'beats_nothing_from', 'comparison_record', 'comparison_table',
+           'covered', 'answer', 'ablation_table', 'slice_table', 'paper_verdicts', 'index_block', 'sync_index']
 
 # %% ../nbs/11_compare.ipynb #a8937126
 def three_way_split(ratings: Ratings, seed: int = 0) -> tuple[Ratings, Ratings, Ratings]:
@@ -84,60 +84,108 @@ def _zero_private_factors(model):
     V = model.V.copy(); V[:, :model.params["d"]] = 0
     return replace(model, V=V)
 
-def run_contender(c: Contender, epsilon: float | None, train: Ratings, valid: Ratings, test: Ratings, seeds=(0, 1, 2)) -> dict:
-    """Tune `c` on `valid` at `epsilon` (seed 0), then {test RMSE mean, sd, seconds per fit, chosen params, report class} over `seeds`,
-    each seed's squared test errors (`errors`, for the paired intervals) and, for DPALS, the test RMSE with V set to zero (`ablation`)."""
-    score = lambda p: evaluate(c.build(epsilon, 0, **p).fit(train), valid)["rmse"]
+SELECTIONS = {"none": "a single setting: nothing selected",
+              "public": "chosen on a public stand-in: the selection reads no private rating, so the ε covers it",
+              "validation": "chosen on validation without noise: not covered by the ε"}
+
+def run_contender(c: Contender, epsilon: float | None, train: Ratings, valid: Ratings, test: Ratings, seeds=(0, 1, 2),
+                  tune_on: tuple[Ratings, Ratings] | None = None) -> dict:
+    """Choose `c`'s grid point at `epsilon` (seed 0) on `valid`, or on the public stand-in's (train, valid) `tune_on`; then
+    {test RMSE mean, sd, seconds per fit, chosen params, report class, `selection`} over `seeds`, each seed's squared test
+    errors (`errors`, for the paired intervals), `valid_rmse` of the chosen point and, for DPALS, the test RMSE with V set to zero (`ablation`)."""
+    tr_sel, va_sel = tune_on or (train, valid)
+    score = lambda p: evaluate(c.build(epsilon, 0, **p).fit(tr_sel), va_sel)["rmse"]
     tuned = len(c.grid) > 1 or c.label in RELEASE_NOTHING or epsilon is not None   # the floor and the winners are chosen on validation
-    valid_rmse = [score(p) for p in c.grid] if tuned else [float("nan")]
-    best = c.grid[int(np.nanargmin(valid_rmse))] if tuned else c.grid[0]
-    rmse, secs, errors, ablation = [], [], [], []
+    chosen_by = [score(p) for p in c.grid] if tuned and (len(c.grid) > 1 or tune_on is None) else [0.0]
+    best = c.grid[int(np.nanargmin(chosen_by))] if tuned else c.grid[0]
+    rmse, secs, errors, ablation, valid_rmse = [], [], [], [], None
     for s in seeds:
         t0 = time.perf_counter()
         model = c.build(epsilon, s, **best).fit(train)
         secs.append(time.perf_counter() - t0); rmse.append(evaluate(model, test)["rmse"])
         errors.append((test.rating - model.predict_codes(test.user, test.item)).astype(np.float64) ** 2)
         if c.mechanism == "dpals": ablation.append(evaluate(_zero_private_factors(model), test)["rmse"])
+        if s == 0 and tuned: valid_rmse = float(np.nanmin(chosen_by)) if tune_on is None else evaluate(model, valid)["rmse"]
+    if tuned and valid_rmse is None: valid_rmse = evaluate(c.build(epsilon, 0, **best).fit(train), valid)["rmse"]
     rep = model.privacy
+    selection = "none" if len(c.grid) == 1 else "public" if tune_on is not None else "validation"
     return dict(label=c.label, mechanism=c.mechanism, unit=c.unit, epsilon=epsilon, params=best, coverage=rep.coverage, condition=rep.condition,
                 reported_epsilon=rep.epsilon, test_rmse=float(np.mean(rmse)), test_sd=float(np.std(rmse, ddof=1)) if len(rmse) > 1 else 0.0,
-                valid_rmse=float(np.nanmin(valid_rmse)) if tuned else None, seconds=float(np.mean(secs)), errors=errors,
-                ablation=float(np.mean(ablation)) if ablation else None)
+                valid_rmse=valid_rmse, seconds=float(np.mean(secs)), errors=errors, selection=selection, rmse=rmse,
+                ablation=float(np.mean(ablation)) if ablation else None, error=None)
 
 # %% ../nbs/11_compare.ipynb #a26cc655
-def margin_interval(sq_mech, sq_floor, user, n_users: int, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
-    """(margin, lo, hi): the floor's test RMSE minus the mechanism's (averaged over its noise seeds), and a `level` interval
-    from resampling test users with replacement (paired: the same users for both) and the mechanism's seeds."""
-    per_m = np.stack([np.bincount(user, e, n_users) for e in sq_mech])            # seeds × users
-    per_f, n = np.bincount(user, sq_floor, n_users), np.bincount(user, minlength=n_users).astype(np.float64)
-    keep = n > 0
-    per_m, per_f, n = per_m[:, keep], per_f[keep], n[keep]
-    margin = float(np.mean(np.sqrt(per_f.sum() / n.sum()) - np.sqrt(per_m.sum(1) / n.sum())))
-    rng = np.random.default_rng(seed)
-    W = rng.multinomial(len(n), np.full(len(n), 1.0 / len(n)), size=n_boot).astype(np.float64)   # boot × users
-    den = W @ n
-    boot = np.sqrt((W @ per_f) / den)[:, None] - np.sqrt((W @ per_m.T) / den[:, None])         # boot × seeds
-    boot = np.take_along_axis(boot, rng.integers(0, len(per_m), size=boot.shape), 1).mean(1)
-    lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
-    return margin, float(lo), float(hi)
-
 def floor_row(df: pd.DataFrame) -> pd.Series:
-    "The release-nothing baseline of lowest validation RMSE: the floor every verdict is taken against."
-    nothing = df[df.label.isin(RELEASE_NOTHING) & df.epsilon.isna()]
+    "The release-nothing baseline of lowest validation RMSE (that ran): the floor every verdict is taken against."
+    nothing = df[df.label.isin(RELEASE_NOTHING) & df.epsilon.isna() & df.error.isna()]
+    if nothing.empty: raise RuntimeError(f"no release-nothing baseline ran: {df[df.label.isin(RELEASE_NOTHING)].error.tolist()}")
     return nothing.loc[nothing.valid_rmse.idxmin()]
 
+# %% ../nbs/11_compare.ipynb #e17f53e3
+def _failed(c: Contender, epsilon, exc: Exception) -> dict:
+    "The row of a contender that raised: its error, and no numbers."
+    return dict(label=c.label, mechanism=c.mechanism, unit=c.unit, epsilon=epsilon, params=None, coverage=None, condition=None,
+                reported_epsilon=None, test_rmse=float("nan"), test_sd=float("nan"), valid_rmse=float("nan"), seconds=float("nan"),
+                errors=None, selection=None, rmse=[], ablation=None, error=f"{type(exc).__name__}: {exc}".strip())
+
+def _attempt(c: Contender, epsilon, train, valid, test, seeds, tune_on=None) -> dict:
+    "`run_contender`, or, when it raises, the failed row: one contender failing on the data does not end the others' work."
+    try: return run_contender(c, epsilon, train, valid, test, seeds, tune_on)
+    except Exception as exc: return _failed(c, epsilon, exc)
+
+def _combine(rows: list[dict], slices: list) -> dict:
+    "One row of a contender at one ε from its rows on each split: means over splits and seeds, the spread over splits, slices."
+    bad = next((r["error"] for r in rows if r["error"]), None)
+    out = dict(rows[0])
+    if bad:
+        out.update(_failed(Contender(out["label"], out["mechanism"], out["unit"]), out["epsilon"], RuntimeError()), error=bad)
+        out.update(split_rmse=[], slices=None, errors_by_split=None); return out
+    every = [x for r in rows for x in r["rmse"]]
+    sse = sum(slice_errors(r["errors"], t, code) for r, (t, code) in zip(rows, slices))
+    out.update(test_rmse=float(np.mean(every)), test_sd=float(np.std(every, ddof=1)) if len(every) > 1 else 0.0,
+               split_rmse=[float(np.mean(r["rmse"])) for r in rows], seconds=float(np.mean([r["seconds"] for r in rows])),
+               valid_rmse=None if rows[0]["valid_rmse"] is None else float(np.mean([r["valid_rmse"] for r in rows])),
+               ablation=None if rows[0]["ablation"] is None else float(np.mean([r["ablation"] for r in rows])),
+               slices={s: float(np.sqrt(sse[0, k] / sse[1, k])) if sse[1, k] else None for k, s in enumerate(SLICES)},
+               errors_by_split=[r["errors"] for r in rows])
+    return out
+
+def _variants(contenders, public_tuning: bool) -> list:
+    "(contender, tuned on the public stand-in?): every contender, and a public-tuning row for each one with a grid."
+    return [(c, False) for c in contenders] + [(replace(c, label=f"{c.label} [public tuning]"), True)
+                                               for c in contenders if public_tuning and len(c.grid) > 1]
+
 def compare_epsilons(ratings: Ratings, epsilons=(0.1, 1.0, 10.0), seeds=(0, 1, 2), split_seed: int = 0,
-                     contenders=CONTENDERS, progress: bool = True) -> pd.DataFrame:
-    """One row per (contender, ε), then the baselines and the mechanisms with no guarantee (ε None), on one 80/10/10 split;
-    each row with an ε carries its margin over the floor with a paired 95 % interval (`margin`, `margin_lo`, `margin_hi`)."""
-    train, valid, test = three_way_split(ratings, split_seed)
-    jobs = [(c, e) for c in contenders for e in epsilons] + [(c, None) for c in BASELINES + NO_GUARANTEE]
-    rows = [run_contender(c, e, train, valid, test, seeds if c.unit != "none" or c.mechanism == "pmf" else seeds[:1])
-            for c, e in tqdm(jobs, desc="compare", disable=not progress)]
-    df = pd.DataFrame(rows)
+                     contenders=CONTENDERS, progress: bool = True, splits: int = 1, public_tuning: bool = True,
+                     standin: Ratings | None = None, slice_epsilon: float = 10.0, dask=None) -> pd.DataFrame:
+    """One row per (contender, ε), then the baselines and the mechanisms with no guarantee (ε None), over `splits` random
+    80/10/10 splits (seeds `split_seed`, `split_seed` + 2, ...). With `public_tuning`, each contender with a grid has a second
+    row whose grid point is chosen on `standin` (default `public_standin(ratings)`). A contender that raises gets a row with
+    its `error`. Every row but the floor carries its margin over the floor with a paired 95 % interval over test users, noise
+    seeds and splits (`margin`, `margin_lo`, `margin_hi`), its test RMSE on each split, and per popularity slice (`slices`).
+    `dask`: a `dask.distributed.Client` to run the fits on (None: here, one after another)."""
+    splits = check_int("splits", splits, 1)
+    tune_on = three_way_split(standin if standin is not None else public_standin(ratings), 0)[:2] if public_tuning else None
+    parts = [three_way_split(ratings, split_seed + 2 * k) for k in range(splits)]
+    jobs = [(c, e, pub) for c, pub in _variants(contenders, public_tuning) for e in epsilons] + \
+           [(c, None, False) for c in BASELINES + NO_GUARANTEE]
+    seeds_of = lambda c: seeds if c.unit != "none" or c.mechanism == "pmf" else seeds[:1]
+    tasks = [(c, e, *parts[k], seeds_of(c), tune_on if pub else None) for k in range(splits) for c, e, pub in jobs]
+    if dask is None: done = [_attempt(*t) for t in tqdm(tasks, desc="compare", disable=not progress)]
+    else:
+        from dask.distributed import as_completed
+        futures = dask.map(_attempt, *zip(*tasks), pure=False)
+        for _ in tqdm(as_completed(futures), total=len(futures), desc="compare", disable=not progress): pass
+        done = dask.gather(futures)
+    slices = [(test, popularity_slices(train, slice_epsilon)) for train, _, test in parts]
+    df = pd.DataFrame([_combine(done[i::len(jobs)], slices) for i in range(len(jobs))])
+    df["error"] = pd.Series([e if isinstance(e, str) else None for e in df.error], dtype=object)   # None, not NaN, where it ran
     floor = floor_row(df)
-    ci = [margin_interval(r.errors, floor.errors[0], test.user, test.n_users) if r.epsilon == r.epsilon and r.epsilon is not None
-          else (None, None, None) for r in df.itertuples()]
+    def interval(r):
+        if isinstance(r.error, str) or r.label == floor.label: return (None, None, None)
+        if splits == 1: return margin_interval(r.errors_by_split[0], floor.errors_by_split[0][0], parts[0][2].user, ratings.n_users)
+        return margin_interval(r.errors_by_split, [f[0] for f in floor.errors_by_split], [p[2].user for p in parts], ratings.n_users)
+    ci = [interval(r) for r in df.itertuples()]
     df["margin"], df["margin_lo"], df["margin_hi"] = zip(*ci)
     return df
 
@@ -151,13 +199,16 @@ USER_CONTENDERS = (
 
 def compare_users(sizes=(1000, 4000, 16000), epsilon: float = 1.0, seeds=(0, 1, 2), ratings_per_user: int = 40,
                   n_items: int = 1000, rank: int = 5, contenders=USER_CONTENDERS, progress: bool = True) -> pd.DataFrame:
-    "One row per (users, contender) at `epsilon` per user, plus the release-nothing baselines and non-private PMF, on synthetic data of each size."
+    """One row per (users, contender) at `epsilon` per user, plus the release-nothing baselines and non-private PMF, on
+    synthetic data of each size; `size_seconds`: the wall time of each size (data, tuning and every fit) on this machine."""
     rows = []
     for n in tqdm(sizes, desc="users", disable=not progress):
+        t0, first = time.perf_counter(), len(rows)
         data = synthetic(check_int("size", n, 2), n_items, ratings_per_user * n, rank=rank, seed=0)
         train, valid, test = three_way_split(data, 0)
         for c in contenders: rows.append(dict(users=n, **run_contender(c, epsilon, train, valid, test, seeds)))
         for c in BASELINES[:2] + BASELINES[4:]: rows.append(dict(users=n, **run_contender(c, None, train, valid, test, seeds[:1])))
+        for r in rows[first:]: r["size_seconds"] = time.perf_counter() - t0
     return pd.DataFrame(rows)
 
 # %% ../nbs/11_compare.ipynb #aa0d4201
@@ -170,35 +221,45 @@ def panel(df: pd.DataFrame, unit: str) -> pd.DataFrame:
     return df[keep & df.epsilon.notna()]
 
 def beats_nothing_from(df: pd.DataFrame, unit: str) -> dict:
-    "{label: the smallest ε at which it beats the floor's test RMSE (the release-nothing baseline best on validation), or None}."
-    nothing = float(floor_row(df).test_rmse)
+    "{label: the smallest ε at which the 95 % interval of its margin over the floor lies above zero, or None}."
     out = {}
     for label, g in panel(df, unit).groupby("label", sort=False):
-        wins = g[g.test_rmse < nothing].epsilon
+        wins = g[[verdict(lo, hi) == "beats" for lo, hi in zip(g.margin_lo, g.margin_hi)]].epsilon
         out[label] = float(wins.min()) if len(wins) else None
     return out
 
 # %% ../nbs/11_compare.ipynb #fc882dcc
 def _r4(v): return None if v is None or v != v else round(float(v), 4)
 
+def _row_record(g: pd.DataFrame) -> dict:
+    "The record of one contender's rows (one per ε): lists over ε."
+    ok = g[g.error.isna()]
+    return {"epsilons": g.epsilon.tolist(), "test_rmse": [_r4(v) for v in g.test_rmse], "test_sd": [_r4(v) for v in g.test_sd],
+            "seconds": [None if v != v else round(float(v), 3) for v in g.seconds], "valid_rmse": [_r4(v) for v in g.valid_rmse],
+            "split_rmse": [[_r4(v) for v in s] for s in g.split_rmse], "error": [e if isinstance(e, str) else None for e in g.error],
+            "coverage": ok.coverage.iloc[0] if len(ok) else None, "condition": ok.condition.iloc[0] if len(ok) else None,
+            "selection": ok.selection.iloc[0] if len(ok) else None, "params": g.params.tolist(),
+            "margin": [_r4(v) for v in g.margin], "margin_lo": [_r4(v) for v in g.margin_lo],
+            "margin_hi": [_r4(v) for v in g.margin_hi], "ablation": [_r4(v) for v in g.ablation],
+            "slices": {s: [None if x is None else _r4(x[s]) for x in g.slices] for s in SLICES}}
+
 def comparison_record(df: pd.DataFrame, users: pd.DataFrame | None = None) -> dict:
     "The numbers of a comparison, as recorded in results.json (per unit, per contender: lists over ε)."
-    rec = {"epsilons": sorted(df.epsilon.dropna().unique().tolist()), "by_unit": {}, "beats_nothing_from": {}}
+    rec = {"epsilons": sorted(df.epsilon.dropna().unique().tolist()), "splits": len(df.split_rmse.iloc[0]) if "split_rmse" in df else 1,
+           "by_unit": {}, "beats_nothing_from": {}}
     for unit in UNITS:
-        rec["by_unit"][unit] = {label: {"epsilons": g.epsilon.tolist(), "test_rmse": g.test_rmse.round(4).tolist(),
-                                        "test_sd": g.test_sd.round(4).tolist(), "seconds": g.seconds.round(3).tolist(),
-                                        "valid_rmse": [_r4(v) for v in g.valid_rmse],
-                                        "coverage": g.coverage.iloc[0], "condition": g.condition.iloc[0], "params": g.params.tolist(),
-                                        "margin": [_r4(v) for v in g.margin], "margin_lo": [_r4(v) for v in g.margin_lo],
-                                        "margin_hi": [_r4(v) for v in g.margin_hi], "ablation": [_r4(v) for v in g.ablation]}
-                                for label, g in panel(df, unit).groupby("label", sort=False)}
+        rec["by_unit"][unit] = {label: _row_record(g) for label, g in panel(df, unit).groupby("label", sort=False)}
         rec["beats_nothing_from"][unit] = beats_nothing_from(df, unit)
     rest = df[df.epsilon.isna()]
-    rec["baselines"] = {r.label: round(r.test_rmse, 4) for r in rest.itertuples() if r.label in [b.label for b in BASELINES]}
-    rec["no_guarantee"] = {r.label: round(r.test_rmse, 4) for r in rest.itertuples() if r.label in [b.label for b in NO_GUARANTEE]}
+    group = lambda labels: {r.label: _r4(r.test_rmse) for r in rest.itertuples() if r.label in labels}
+    rec["baselines"], rec["no_guarantee"] = group([b.label for b in BASELINES]), group([b.label for b in NO_GUARANTEE])
+    rec["rest"] = {r.label: {"split_rmse": [_r4(v) for v in r.split_rmse], "error": r.error if isinstance(r.error, str) else None,
+                             "selection": r.selection,
+                             "margin": [_r4(r.margin), _r4(r.margin_lo), _r4(r.margin_hi)],
+                             "slices": None if r.slices is None else {s: _r4(r.slices[s]) for s in SLICES}} for r in rest.itertuples()}
     floor = floor_row(df)
     rec["floor"] = {"label": floor.label, "test_rmse": round(float(floor.test_rmse), 4),
-                    "valid_rmse": {r.label: round(r.valid_rmse, 4) for r in rest.itertuples() if r.label in RELEASE_NOTHING}}
+                    "valid_rmse": {r.label: _r4(r.valid_rmse) for r in rest.itertuples() if r.label in RELEASE_NOTHING}}
     if users is not None:
         u = users.pivot_table(index="users", columns="label", values="test_rmse", sort=False)
         floors = {n: floor_row(g).label for n, g in users.groupby("users")}
@@ -208,55 +269,74 @@ def comparison_record(df: pd.DataFrame, users: pd.DataFrame | None = None) -> di
         below = lambda k: [n for n in u.index if u.loc[n, k] < floor[n]]
         rec["users"]["beats_nothing_from"] = {k: (min(below(k)) if below(k) else None) for k in u.columns
                                               if k not in RELEASE_NOTHING + ("pmf",)}
+        if "size_seconds" in users: rec["users"]["seconds"] = [round(float(users[users.users == n].size_seconds.iloc[0]), 1) for n in u.index]
     return rec
 
 # %% ../nbs/11_compare.ipynb #4b5cf13d
+def _cell(r: dict, k: int) -> str:
+    "One table cell: test RMSE ± sd over splits and seeds, the range of the splits' means, seconds a fit; or why it failed."
+    if r["error"][k]: return "failed: " + r["error"][k].replace("|", "/")[:90]
+    s = r["split_rmse"][k]
+    spread = f", splits {min(s):.3f}–{max(s):.3f}" if len(s) > 1 else ""
+    return f"{r['test_rmse'][k]:.3f} ± {r['test_sd'][k]:.3f}{spread} ({r['seconds'][k]:.2g} s)"
+
 def comparison_table(rec: dict, unit: str, epsilons=(0.1, 1.0, 10.0)) -> str:
-    "A markdown table: one row per contender of `unit`'s panel, test RMSE ± sd (seconds a fit) at each ε, then the baselines."
+    """A markdown table: one row per contender of `unit`'s panel, test RMSE ± sd (the splits' range; seconds a fit) at each ε,
+    † where the settings were chosen on validation (the ε does not cover that choice), then the baselines."""
     eps = [e for e in epsilons if e in rec["epsilons"]]
     head = f"| mechanism (guarantee) | " + " | ".join(f"ε = {e:g} per {unit}" for e in eps) + " |"
     lines = [head, "|---|" + "---|" * len(eps)]
     for label, r in rec["by_unit"][check_choice("unit", unit, UNITS)].items():
-        cells = []
-        for e in eps:
-            k = r["epsilons"].index(e)
-            cells.append(f"{r['test_rmse'][k]:.3f} ± {r['test_sd'][k]:.3f} ({r['seconds'][k]:.2g} s)")
-        lines.append(f"| {label} ({r['coverage']}) | " + " | ".join(cells) + " |")
+        mark = " †" if r.get("selection") == "validation" else ""
+        lines.append(f"| {label}{mark} ({r['coverage'] or 'failed'}) | " + " | ".join(_cell(r, r["epsilons"].index(e)) for e in eps) + " |")
     floor = rec["floor"]["label"]
     for label, v in sorted(rec["baselines"].items(), key=lambda kv: (kv[0] != floor, kv[0] not in RELEASE_NOTHING)):
         what = ("releases nothing" + ("; the floor, best on validation" if label == floor else "")) if label in RELEASE_NOTHING else "non-private"
-        lines.append(f"| {label} ({what}) | " + " | ".join(f"{v:.3f}" for _ in eps) + " |")
+        lines.append(f"| {label} ({what}) | " + " | ".join("failed" if v is None else f"{v:.3f}" for _ in eps) + " |")
     conditions = [f"* {label}: {r['condition']}" for label, r in rec["by_unit"][unit].items() if r["coverage"] == "conditional"]
-    return "\n".join(lines + (["", "Conditional guarantees hold only:"] + conditions if conditions else []))
+    notes = ["", "† chosen on validation without noise: the ε does not cover that choice (the same mechanism with settings "
+             "chosen on a public stand-in is the row marked [public tuning])."] if any(
+             r.get("selection") == "validation" for r in rec["by_unit"][unit].values()) else []
+    return "\n".join(lines + notes + (["", "Conditional guarantees hold only:"] + conditions if conditions else []))
 
 # %% ../nbs/11_compare.ipynb #85b2b768
-def _best(rec: dict, unit: str, eps: float, end_to_end: bool = True):
-    "(label, test RMSE) of the contender of lowest *validation* RMSE at `eps` in `unit`'s panel (end-to-end rows only by default)."
-    rows = [(label, r["test_rmse"][k], r["valid_rmse"][k]) for label, r in rec["by_unit"][unit].items()
-            if eps in r["epsilons"] and (r["coverage"] == "end-to-end" or not end_to_end) for k in [r["epsilons"].index(eps)]]
-    label, test, _ = min(rows, key=lambda x: x[2])
+def covered(r: dict) -> bool:
+    "Whether a contender's row is end-to-end and its ε covers everything it did, the choice of its settings included."
+    return r["coverage"] == "end-to-end" and r.get("selection") in ("none", "public")
+
+def _best(rec: dict, unit: str, eps: float, rows=covered):
+    "(label, test RMSE) of the contender of lowest *validation* RMSE at `eps` in `unit`'s panel, among the rows `rows` accepts; (None, None) if none ran."
+    cands = [(label, r["test_rmse"][k], r["valid_rmse"][k]) for label, r in rec["by_unit"][unit].items()
+             if eps in r["epsilons"] and rows(r) for k in [r["epsilons"].index(eps)] if not r["error"][k]]
+    if not cands: return None, None
+    label, test, _ = min(cands, key=lambda x: x[2])
     return label, test
 
 def _margin(rec: dict, unit: str, label: str, eps: float) -> str:
-    "'0.009 below releasing nothing (95 % interval 0.004 to 0.013: excludes zero)', read from the record."
+    "'beats releasing nothing by 0.011 (95 % interval of the margin +0.007 to +0.015)', read from the record."
     r = rec["by_unit"][unit][label]
     k = r["epsilons"].index(eps)
     m, lo, hi = r["margin"][k], r["margin_lo"][k], r["margin_hi"][k]
-    verdict = "excludes zero" if lo > 0 or hi < 0 else "includes zero: not a demonstrated difference"
-    return f"{abs(m):.3f} {'below' if m > 0 else 'above'} releasing nothing (95 % interval of the margin {lo:+.3f} to {hi:+.3f}: {verdict})"
+    v = verdict(lo, hi)
+    if v == "indistinguishable from": return f"{v} releasing nothing (margin {m:+.3f}, 95 % interval {lo:+.3f} to {hi:+.3f})"
+    return f"{v} releasing nothing by {abs(m):.3f} (95 % interval of the margin {lo:+.3f} to {hi:+.3f})"
 
 def answer(rec: dict, epsilons=(0.1, 1.0, 10.0), meaningful: float = 1.0) -> str:
     "The comparison's answer in words, read from the record: who wins where against the floor, and who never beats it at ε ≤ `meaningful`."
     nothing, floor, out = rec["floor"]["test_rmse"], rec["floor"]["label"], []
-    out.append(f"Releasing nothing means the better of the on-device baselines on validation: {floor} ({nothing:.3f}).")
+    splits = rec.get("splits", 1)
+    out.append(f"Releasing nothing means the better of the on-device baselines on validation: {floor} ({nothing:.3f}). "
+               f"Only rows whose ε covers everything they did, the choice of their settings included, are read here; the "
+               f"intervals resample test users, noise seeds{' and ' + str(splits) + ' random splits' if splits > 1 else ''}.")
     for unit in UNITS:
         parts = []
         for e in (e for e in epsilons if e in rec["epsilons"]):
             label, v = _best(rec, unit, e)
-            parts.append(f"at ε = {e:g} {label} ({v:.3f}: {_margin(rec, unit, label, e)})")
-        out.append(f"Per {unit}, the best end-to-end mechanism (chosen on validation) is " + "; ".join(parts) + ".")
-    never = sorted({label for unit in UNITS for label, e in rec["beats_nothing_from"][unit].items() if e is None or e > meaningful})
-    out.append(f"Never below releasing nothing ({nothing:.3f}, mean test RMSE) at any ε ≤ {meaningful:g}: " + ", ".join(never) + ".")
+            parts.append(f"at ε = {e:g} none ran" if label is None else f"at ε = {e:g} {label} ({v:.3f}: {_margin(rec, unit, label, e)})")
+        out.append(f"Per {unit}, the best such mechanism (chosen on validation) is " + "; ".join(parts) + ".")
+    never = sorted({label for unit in UNITS for label, e in rec["beats_nothing_from"][unit].items()
+                    if (e is None or e > meaningful) and rec["by_unit"][unit][label].get("selection") != "validation"})
+    out.append(f"Never shown to beat releasing nothing at any ε ≤ {meaningful:g} (the interval above zero): " + "; ".join(never) + ".")
     if "users" in rec:
         cross = {k: v for k, v in rec["users"]["beats_nothing_from"].items()}
         out.append("On synthetic data (item effects and public features) at ε = 1 per user, releasing nothing is beaten from " + "; ".join(
@@ -270,10 +350,22 @@ def ablation_table(rec: dict, unit: str = "user", epsilons=(0.1, 1.0, 10.0)) -> 
     lines = ["| mechanism | " + " | ".join(f"ε = {e:g}: as fitted / V = 0" for e in eps) + " |", "|---|" + "---|" * len(eps)]
     for label, r in rec["by_unit"][unit].items():
         if not any(a is not None for a in r["ablation"]): continue
-        cells = [f"{r['test_rmse'][r['epsilons'].index(e)]:.4f} / {r['ablation'][r['epsilons'].index(e)]:.4f}" for e in eps]
+        ks = [r["epsilons"].index(e) for e in eps]
+        cells = ["failed" if r["error"][k] else f"{r['test_rmse'][k]:.4f} / {r['ablation'][k]:.4f}" for k in ks]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
+def slice_table(rec: dict, unit: str = "user", epsilon: float = 1.0) -> str:
+    "Test RMSE by popularity slice at `epsilon`: every row of `unit`'s panel that ran, then the baselines."
+    lines = ["| mechanism | " + " | ".join(SLICES) + " |", "|---|" + "---|" * len(SLICES)]
+    for label, r in rec["by_unit"][unit].items():
+        k = r["epsilons"].index(epsilon) if epsilon in r["epsilons"] else None
+        if k is None or r["error"][k]: continue
+        lines.append(f"| {label}{' †' if r.get('selection') == 'validation' else ''} | " + " | ".join(f"{r['slices'][s][k]:.3f}" for s in SLICES) + " |")
+    for label in rec["baselines"]:
+        sl = rec["rest"][label]["slices"]
+        if sl: lines.append(f"| {label} ({'releases nothing' if label in RELEASE_NOTHING else 'non-private'}) | " + " | ".join(f"{sl[s]:.3f}" for s in SLICES) + " |")
+    return "\n".join(lines)
 
 # %% ../nbs/11_compare.ipynb #1d617297
 PAPER_ROWS = (   # (paper key, contender label or no-guarantee label, unit, ε at the paper's setting or None)
@@ -282,32 +374,43 @@ PAPER_ROWS = (   # (paper key, contender label or no-guarantee label, unit, ε a
     ("dpals", "dpals", "user", 1.0), ("public", "dpals + CMF (Curmei et al.)", "user", 1.0))
 
 def paper_verdicts(rec: dict) -> str:
-    "A markdown table: each paper's mechanism at its paper's setting against releasing nothing, read from the record."
+    "A markdown table: each paper's mechanism at its paper's setting against releasing nothing, with the interval of the margin, read from the record."
     nothing = rec["floor"]["test_rmse"]
-    lines = ["| paper | mechanism | guarantee | test RMSE | releasing nothing | beats it? |", "|---|---|---|---|---|---|"]
+    lines = ["| paper | mechanism | guarantee | test RMSE | releasing nothing | margin (95 % interval) | beats it? |", "|---|---|---|---|---|---|---|"]
     for key, label, unit, eps in PAPER_ROWS:
-        if unit is None: v, what = rec["no_guarantee"][label], NOT_AT_A_TARGET.get(label, "none")
+        if unit is None:
+            v, what, (m, lo, hi) = rec["no_guarantee"][label], NOT_AT_A_TARGET.get(label, "none"), rec["rest"][label]["margin"]
         else:
             r = rec["by_unit"][unit][label]
-            v, what = r["test_rmse"][r["epsilons"].index(eps)], f"{r['coverage']}, ε = {eps:g} per {unit}"
-        lines.append(f"| `{key}` | {label} | {what} | {v:.3f} | {nothing:.3f} | {'yes' if v < nothing else '**no**'} |")
+            k = r["epsilons"].index(eps)
+            v, what, (m, lo, hi) = r["test_rmse"][k], f"{r['coverage']}, ε = {eps:g} per {unit}", (r["margin"][k], r["margin_lo"][k], r["margin_hi"][k])
+            what += ", tuned on validation (not covered)" if r.get("selection") == "validation" else ""
+        says = {"beats": "yes", "loses to": "**no**: worse", "indistinguishable from": "**no**: indistinguishable", "failed": "failed"}[verdict(lo, hi)]
+        shown = "failed" if v is None else f"{v:.3f}"
+        interval = "" if lo is None else f"{m:+.3f} ({lo:+.3f} to {hi:+.3f})"
+        lines.append(f"| `{key}` | {label} | {what} | {shown} | {nothing:.3f} | {interval} | {says} |")
     return "\n".join(lines)
-
 
 # %% ../nbs/11_compare.ipynb #b08c61bc
 INDEX_HEADING = "## Which mechanism, at which ε"
 
 def index_block(rec: dict) -> str:
     "The README's first section, generated from the record of the batch entry `compare`."
+    splits = rec.get("splits", 1)
     return "\n".join([INDEX_HEADING, "",
-        "Test RMSE on MovieLens 100K, every mechanism at equal privacy for a stated unit (80/10/10 split, hyperparameters "
-        "tuned on validation — a non-private choice, as in Chien et al. 2021 — mean ± sd over the noise seeds, seconds a fit; "
-        "[11_compare](11_compare.ipynb), `dpmf compare`). Generated from `figures/results.json` by `make readme`.", "",
+        f"Test RMSE on MovieLens 100K, every mechanism at equal privacy for a stated unit: {splits} random 80/10/10 splits, mean ± sd "
+        "over the splits and noise seeds, the range of the splits' means, seconds a fit ([11_compare](11_compare.ipynb), `dpmf compare`; "
+        "`dpmf compare --dataset FILE` on your own ratings). Rows marked † chose their settings on validation without noise, "
+        "as in Chien et al. 2021: their ε does not cover that choice. Rows marked [public tuning] chose them on a synthetic "
+        "stand-in built from public quantities only (the numbers of users and items, the rating scale): their ε covers "
+        "everything they did. Generated from `figures/results.json` by `make readme`.", "",
         "**Per user** (one user's ratings replaced):", "", comparison_table(rec, "user"), "",
         "**Per rating** (one rating's value changed; per-user mechanisms at their per-user ε):", "", comparison_table(rec, "rating"), "",
-        f"No guarantee at a target ε (shown only here): " + ", ".join(f"{k} {v:.3f}" for k, v in rec["no_guarantee"].items())
+        f"No guarantee at a target ε (shown only here): " + ", ".join(f"{k} {v:.3f}" for k, v in rec["no_guarantee"].items() if v is not None)
         + "; pdp-pmf (removed) has none for its paper's neighbour, only a value change at its own ε.", "",
         "**The answer.** " + answer(rec), "",
+        "**Where DP loses** (test RMSE at ε = 1 per user by item popularity: items ordered by their counts as a dp-bias release at "
+        "ε = 10 gives them, cut at a third and two thirds of the ratings):", "", slice_table(rec), "",
         "**What DPALS's released item factors add** (test RMSE as fitted, and with V set to zero, keeping its centring and "
         "public part):", "", ablation_table(rec), "",
         "**Each paper's mechanism at its paper's setting, against releasing nothing** (the rows of the papers table below "
@@ -330,50 +433,3 @@ def sync_index(index=None, results=None) -> bool:
     else: cells[at] = cell
     path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return True
-
-
-# %% ../nbs/11_compare.ipynb #8a74a5c0
-def _limits(rec: dict) -> tuple[float, float]:
-    "y range: the lowest number to a little above the worst baseline that is not PMF (rows above it are drawn at the edge)."
-    vals = [v for u in UNITS for r in rec["by_unit"][u].values() for v in r["test_rmse"]] + list(rec["baselines"].values())
-    worst = max(v for k, v in rec["baselines"].items() if k != "pmf")
-    return min(vals) - 0.03, min(max(vals) + 0.03, worst + 0.3)
-
-def figure_epsilon(rec: dict):
-    "Figure 1 from a comparison record: one panel per unit; rows off the scale drawn as ▲ at the top edge, labelled so."
-    import matplotlib.pyplot as plt
-    lo, hi = _limits(rec)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 6.6), sharey=True, layout="constrained")
-    for ax, unit in zip(axes, UNITS):
-        for k, (label, r) in enumerate(rec["by_unit"][unit].items()):
-            y, off = np.minimum(r["test_rmse"], hi - 0.01), max(r["test_rmse"]) > hi
-            name = label + ("" if r["coverage"] == "end-to-end" else " [conditional]") + (f" (off scale, up to {max(r['test_rmse']):.2f})" if off else "")
-            ax.errorbar(r["epsilons"], y, yerr=r["test_sd"], fmt=("-" if r["coverage"] == "end-to-end" else "--") + ("^" if off else "o"),
-                        ms=4, capsize=2, color=f"C{k}", label=name)
-        floor = rec["floor"]["label"]
-        for label, v in sorted(rec["baselines"].items(), key=lambda kv: (kv[0] != floor, kv[0] not in RELEASE_NOTHING)):
-            nothing = label in RELEASE_NOTHING
-            ax.axhline(v, color="k" if nothing else "grey", ls=("-" if label == floor else "-.") if nothing else ":",
-                       lw=1.6 if label == floor else 1, label=f"{label}: " + (("releases nothing" + (", the floor" if label == floor else ""))
-                                                                            if nothing else "non-private") + f" ({v:.3f})")
-        ax.set_xscale("log"); ax.set_ylim(lo, hi); ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
-        ax.set_xlabel(f"ε per {unit} (δ = 1e-5 where Gaussian)"); ax.set_title(f"guarantee per {unit}", fontsize=10)
-    axes[0].set_ylabel("test RMSE (mean ± sd over noise seeds)")
-    return fig
-
-def figure_users(rec: dict, epsilon: float = 1.0):
-    "Figure 2 from a comparison record with a `users` part."
-    import matplotlib.pyplot as plt
-    u = rec["users"]
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for k, label in enumerate(x for x in u if x not in ("sizes", "beats_nothing_from", "floor", "floor_label")):
-        ls = {"user-mean": "-.", "user-features": "-", "pmf": ":"}.get(label, "-o" if label != "sgld" else "--o")
-        name = {"user-mean": "user-mean (releases nothing)", "user-features": "user-features (releases nothing)",
-                "pmf": "pmf (non-private)", "sgld": "sgld [conditional]"}.get(label, label)
-        ax.plot(u["sizes"], u[label], ls, color="k" if label in RELEASE_NOTHING else f"C{k}", label=name)
-    ax.set_xscale("log"); ax.set_xlabel("users (synthetic: rank 5, item effects, public features; 1,000 items, 40 ratings a user)", fontsize=8)
-    ax.set_ylabel("test RMSE")
-    ax.set_title(f"ε = {epsilon:g} per user: from how many users does a private mechanism beat releasing nothing?", fontsize=9)
-    ax.grid(alpha=0.3); ax.legend(fontsize=8)
-    return fig

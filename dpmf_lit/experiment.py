@@ -14,8 +14,8 @@ from .settings import Settings, load_settings
 
 # %% auto #0
 __all__ = ['FORMATS', 'NUMBERS_FILE', 'NAME_RE', 'SYNTHETIC_DEFAULTS', 'parse_value', 'parse_assignments', 'parse_dataset_spec',
-           'synthetic_spec', 'known_datasets', 'load_ratings', 'dataset_identity', 'experiment_dir', 'save_figure',
-           'to_jsonable', 'record']
+           'synthetic_spec', 'known_datasets', 'load_ratings', 'dataset_identity', 'dataset_kind', 'load_data',
+           'experiment_dir', 'save_figure', 'to_jsonable', 'record']
 
 # %% ../nbs/92_experiment.ipynb #c1c53c26
 FORMATS = ("png", "svg")         # every figure is written in these formats
@@ -100,6 +100,36 @@ def dataset_identity(spec: str, settings: Settings) -> dict:
     if name == "synthetic": return {"synthetic": synthetic_spec(**kwargs)}
     src = settings.dataset(name)
     return {"name": name, "sha256": src.sha256, "n_ratings": src.n_ratings, "files": list(src.files), "format": src.format}
+
+# %% ../nbs/92_experiment.ipynb #0268da76
+def dataset_kind(dataset: str, settings, format: str | None = None, options: dict | None = None) -> str:
+    "How `load_data` reads `dataset`: 'settings' (a name of settings.ini), 'file' or 'synthetic'; every argument checked, nothing read."
+    from dpmf_lit import data
+    options, spec = options or {}, dataset.strip() if isinstance(dataset, str) else dataset
+    if isinstance(spec, str) and spec.partition(":")[0].strip() != "synthetic" and spec not in settings.datasets \
+            and data.is_ratings_path(spec):
+        data.check_file(spec, format, **options); return "file"
+    name, _ = parse_dataset_spec(dataset)
+    if name != "synthetic" and name not in settings.datasets:
+        raise ValueError(f"dataset={name!r} is unknown; known: {known_datasets(settings)}, or the path of a ratings file")
+    if format is not None: raise ValueError(f"format={format!r} is for a ratings file given by its path, not dataset={dataset!r}")
+    if name == "synthetic" and options:
+        raise ValueError(f"{', '.join(f'{k}={v!r}' for k, v in options.items())}: a loader option, for a ratings file or a "
+                         f"data set of settings.ini, not for the generated dataset={dataset!r}")
+    return "synthetic" if name == "synthetic" else "settings"
+
+def load_data(dataset: str, settings=None, format: str | None = None, options: dict | None = None,
+              item_features: str | None = None, item_format: str | None = None):
+    "The `Ratings` of `dataset` (a settings.ini name, a ratings file or `synthetic:...`), with `item_features` attached; every argument checked first."
+    from dpmf_lit import data
+    settings, options = settings or load_settings(), options or {}
+    kind = dataset_kind(dataset, settings, format, options)
+    if item_format is not None and item_features is None: raise ValueError("--item-format is the format of the --item-features file")
+    items = None if item_features is None else data.read_items(item_features, item_format)   # a bad file stops here
+    if kind == "file": ratings = data.load_file(dataset.strip(), format, **options)
+    elif kind == "settings": ratings = data.load_dataset(dataset.strip(), settings=settings, item_features=items is None, **options)
+    else: ratings = load_ratings(dataset, settings=settings)
+    return ratings if items is None else data.attach_item_features(ratings, items)
 
 # %% ../nbs/92_experiment.ipynb #e9e2a55f
 _SCRATCH = "dpmf-experiment-"

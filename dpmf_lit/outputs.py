@@ -23,7 +23,7 @@ __all__ = ['PAPER_NOTEBOOKS', 'OUTPUTS_FILE', 'KERNEL_ENV', 'REFRESH', 'directiv
 # %% ../nbs/92_stored_outputs.ipynb #4d5716ad
 PAPER_NOTEBOOKS = ("00f_stats", "00h_grouping", "01_mf", "01a_kernels", "01b_mechanism", "01c_vocabulary", "02_privacy", "03_hua_dpmf", "04_hua_protocol",
                    "04a_hua_attacks", "04b_fixed_point",
-                   "05_pdp_pmf", "06_gaussian_mf", "07_sgld", "07a_sgld_checks", "08_public_private", "09_baselines", "10_dpals", "11_compare", "12_audit_bounds", "12_audit",
+                   "05_pdp_pmf", "06_gaussian_mf", "07_sgld", "07a_sgld_checks", "08_public_private", "09_baselines", "10_dpals", "11_compare", "11a_compare_stats", "12_audit_bounds", "12_audit",
                    "12a_privacy_meter", "12b_privacy_meter_others", "12c_privacy_mutants",
                    "13_public_features", "91c_bench_mechanisms")
 OUTPUTS_FILE = "outputs.json"    # the stamps of the stored outputs, beside the results file

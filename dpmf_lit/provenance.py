@@ -14,11 +14,12 @@ from .experiment import FORMATS, NAME_RE, dataset_identity, parse_dataset_spec
 from .settings import PROFILES, Settings, load_settings
 
 # %% auto #0
-__all__ = ['INJECTED', 'TIMING', 'ManifestError', 'Entry', 'notebook_parameters', 'load_manifest', 'select', 'flatten_numbers',
-           'tolerance_for', 'declared_tolerances', 'code_hash', 'notebook_fingerprint', 'package_dir', 'source_hashes',
-           'versions', 'entry_inputs', 'entry_stamp', 'load_results', 'update_results', 'uncommitted', 'git_revision',
-           'is_tracked', 'entry_sources', 'publication', 'output_checksums', 'stale_reason', 'regenerated_here',
-           'is_up_to_date', 'status', 'format_status', 'compare_records', 'committed_results', 'format_comparison']
+__all__ = ['INJECTED', 'TIMING', 'COMMITTED_PROFILE', 'ManifestError', 'Entry', 'notebook_parameters', 'load_manifest', 'select',
+           'flatten_numbers', 'tolerance_for', 'declared_tolerances', 'code_hash', 'notebook_fingerprint',
+           'package_dir', 'source_hashes', 'versions', 'entry_inputs', 'entry_stamp', 'load_results', 'update_results',
+           'uncommitted', 'git_revision', 'is_tracked', 'entry_sources', 'publication', 'profile_settings',
+           'output_checksums', 'stale_reason', 'regenerated_here', 'is_up_to_date', 'status', 'format_status',
+           'compare_records', 'committed_results', 'format_comparison']
 
 # %% ../nbs/92_provenance.ipynb #dad433f6
 INJECTED = ("dataset", "out_dir", "data_dir", "threads")  # parameters every experiment notebook declares
@@ -333,6 +334,16 @@ def publication(entries, settings: Settings, allow_dirty: bool = False) -> bool 
                     f"{'differs' if len(dirty) == 1 else 'differ'} from HEAD: commit and rerun, or pass --allow-dirty (allow_dirty=True) to run anyway "
                     "(the records are then marked unpublishable, and the tests fail until they are rerun)")
 
+# %% ../nbs/92_provenance.ipynb #23ba9f29
+COMMITTED_PROFILE = "quick"
+
+def profile_settings(settings: Settings, profile: str) -> Settings:
+    "The settings a batch of `profile` reads and writes records with: `settings`, unless it would write another profile into a committed results file."
+    from dataclasses import replace
+    if profile == COMMITTED_PROFILE or not is_tracked(settings.root, settings.results_file): return settings
+    own = settings.figures_dir / "profiles" / profile
+    return replace(settings, figures_dir=own, results_file=own / "results.json")
+
 # %% ../nbs/92_provenance.ipynb #ad437977
 def _stamp_file(settings, profile, entry_id): return settings.build_dir / profile / f"{entry_id}.stamp"
 
@@ -383,6 +394,7 @@ def status(profile: str | None = None, settings: Settings | None = None, only=No
     settings = settings or load_settings()
     profile = profile or settings.profile
     if profile not in PROFILES: raise ValueError(f"profile={profile!r} is not one of {PROFILES}")
+    settings = profile_settings(settings, profile)
     entries = [e for e in select(load_manifest(manifest, settings), only) if e.setting(profile) is not None]
     records, hashes, rows = load_results(settings.results_file), source_hashes(), []
     for e in entries:

@@ -17,8 +17,8 @@ from xml.etree import ElementTree
 from .checks import UserError, atomic_write, atomic_write_many
 from .experiment import FORMATS, NUMBERS_FILE, parse_dataset_spec
 from .provenance import (Entry, entry_inputs, entry_sources, git_revision, load_manifest, load_results, notebook_parameters,
-                         output_checksums, publication, select, source_hashes, stale_reason, update_results, versions, _sha,
-                         _stamp_file)
+                         output_checksums, profile_settings, publication, select, source_hashes, stale_reason, update_results,
+                         versions, _sha, _stamp_file)
 from .settings import PROFILES, Settings, load_settings
 
 # %% auto #0
@@ -430,11 +430,13 @@ def reproduce(profile: str | None = None, only=None, force: bool = False, jobs: 
     (`.exit_code` is 1 if any entry failed). `only`: fnmatch pattern(s) on ids; `force`: rerun
     up-to-date entries; `jobs`: local worker processes (default `settings.jobs`); `dask_address`:
     a Dask scheduler address (or "local" for a local cluster of `jobs` workers); `progress`: a bar on a
-    terminal, one line per finished entry on stderr otherwise; `allow_dirty`: write records into a committed
-    results file from uncommitted sources, marked unpublishable (otherwise a UserError before any run)."""
+    terminal, one line per finished entry on stderr otherwise; `allow_dirty`: write records from uncommitted sources
+    in a clone, marked unpublishable (otherwise a UserError before any run). In a clone, a profile other than the
+    committed one (quick) writes its records and figures under figures/profiles/<profile>/ (`profile_settings`)."""
     settings = settings or load_settings()
     profile = profile or settings.profile
     if profile not in PROFILES: raise ValueError(f"profile={profile!r} is not one of {PROFILES}")
+    committed, settings = settings, profile_settings(settings, profile)   # another profile than the committed one: its own results file
     jobs = settings.jobs if jobs is None else jobs
     if not isinstance(jobs, int) or jobs < 1: raise ValueError(f"jobs={jobs!r} must be an integer >= 1")
     if dask_address is not None and (not isinstance(dask_address, str) or not dask_address.strip()):
@@ -448,7 +450,7 @@ def reproduce(profile: str | None = None, only=None, force: bool = False, jobs: 
         hashes = source_hashes()  # the source as it is when the batch starts: what the runs will import
         summary, todo = _plan(entries, profile, settings, records, force, hashes)
         if todo:
-            published = publication([e for e, _ in todo], settings, allow_dirty)
+            published = publication([e for e, _ in todo], committed, allow_dirty)   # a clone's records come from committed code
             summary.outcomes.extend(_run(todo, profile, settings, jobs, dask, hashes, progress, published))
     order = {e.id: i for i, e in enumerate(entries)}
     summary.outcomes.sort(key=lambda o: order[o.id])

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dpmf_lit.compare import (CONTENDERS, INDEX_HEADING, RELEASE_NOTHING, Contender, _grid, answer, compare_epsilons, comparison_record,
-                              comparison_table, index_block, margin_interval, run_contender, three_way_split)
+                              comparison_table, index_block, margin_interval, public_standin, run_contender, three_way_split, verdict)
 from dpmf_lit.data import synthetic
 from dpmf_lit.mf import evaluate
 
@@ -42,12 +42,11 @@ def test_record_table_and_answer_read_the_same_rows(data):
     assert "hua" in rec["by_unit"]["rating"] and "hua" not in rec["by_unit"]["user"]
     table = comparison_table(rec, "rating", (0.5, 5.0))
     assert f"{r['test_rmse'][1]:.3f} ± {r['test_sd'][1]:.3f}" in table and "user-mean (releases nothing)" in table
-    nothing = rec["floor"]["test_rmse"]
     assert rec["floor"]["label"] == min(rec["floor"]["valid_rmse"], key=rec["floor"]["valid_rmse"].get)   # chosen on validation
     for unit, wins in rec["beats_nothing_from"].items():
-        for label, eps in wins.items():
+        for label, eps in wins.items():                                  # beaten only where the interval lies above zero
             rows = rec["by_unit"][unit][label]
-            assert eps == (min((e for e, v in zip(rows["epsilons"], rows["test_rmse"]) if v < nothing), default=None))
+            assert eps == (min((e for e, lo in zip(rows["epsilons"], rows["margin_lo"]) if lo > 0), default=None))
     assert "releasing nothing" in answer(rec, (0.5, 5.0))
 
 
@@ -94,13 +93,111 @@ def test_a_bad_unit_is_refused_by_the_command_line():
 
 
 @pytest.mark.slow
-def test_dpmf_compare_smoke_regenerates_both_figures_and_prints_json(tmp_path):
-    cmd = [sys.executable, "-m", "dpmf_lit.cli", "compare", "--profile", "smoke", "--figures-dir", str(tmp_path / "f"),
-           "--build-dir", str(tmp_path / "b"), "--allow-dirty", "--no-progress", "--json", "--unit", "user"]
+def test_dpmf_compare_smoke_writes_its_own_record_and_figures_not_the_committed_ones(tmp_path):
+    from dpmf_lit.settings import load_settings
+    results = load_settings().results_file
+    before, figs = results.read_bytes(), {p: p.read_bytes() for p in (results.parent / "compare").glob("*.png")}
+    cmd = [sys.executable, "-m", "dpmf_lit.cli", "compare", "--profile", "smoke", "--build-dir", str(tmp_path / "b"),
+           "--no-progress", "--json", "--unit", "user"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-2000:]
     out = json.loads(p.stdout)
     assert set(out) >= {"user", "baselines", "beats_nothing_from"} and "rating" not in out
-    assert math.isclose(out["user"]["dp-bias"]["epsilons"][0], 1.0)
-    for name in ("compare_epsilon", "compare_users"):
-        assert (tmp_path / "f" / "compare" / f"{name}.png").is_file()
+    assert math.isclose(out["user"]["dp-bias"]["epsilons"][0], 1.0) and out["splits"] == 2
+    own = tmp_path / "b" / "compare" / "smoke"
+    assert str(own) in out["written_to"] and (own / "record.json").is_file()
+    for name in ("compare_epsilon", "compare_users", "compare_slices"): assert (own / f"{name}.png").is_file()
+    assert results.read_bytes() == before and all(p.read_bytes() == b for p, b in figs.items())
+
+
+def test_a_contender_that_fails_leaves_the_others_rows_intact(data):
+    broken = Contender("dpals, forced to fail", "dpals", "user", {"d": 0})
+    ok = tuple(c for c in CONTENDERS if c.label == "dp-bias")
+    both = compare_epsilons(data, (1.0,), (0, 1), contenders=(broken,) + ok, progress=False, public_tuning=False).set_index("label")
+    alone = compare_epsilons(data, (1.0,), (0, 1), contenders=ok, progress=False, public_tuning=False).set_index("label")
+    assert "d" in both.loc["dpals, forced to fail"].error and math.isnan(both.loc["dpals, forced to fail"].test_rmse)
+    assert both.loc["dp-bias"].test_rmse == alone.loc["dp-bias"].test_rmse and both.loc["dp-bias"].margin == alone.loc["dp-bias"].margin
+    rec = comparison_record(both.reset_index())
+    assert "failed: ValueError" in comparison_table(rec, "user", (1.0,))
+    assert "dpals, forced to fail" not in answer(rec, (1.0,)).split("Never")[0]   # a failed row is never the recommendation
+
+
+def test_public_tuning_reads_no_private_rating(data):
+    """The covered rows' choice is a function of public quantities only: two private data sets of the same shape (users,
+    items, scale) give the same stand-in and so the same chosen grid point, whatever their ratings."""
+    other = data.take(np.random.default_rng(1).permutation(len(data))[: len(data) // 3])
+    assert np.array_equal(public_standin(data).rating, public_standin(other).rating)
+    c = next(c for c in CONTENDERS if c.label == "dp-bias")
+    tune_on = three_way_split(public_standin(data), 0)[:2]
+    picks = [run_contender(c, 1.0, *three_way_split(d, 0), seeds=(0,), tune_on=tune_on) for d in (data, other)]
+    assert picks[0]["params"] == picks[1]["params"] and picks[0]["selection"] == "public"
+    flipped = data.take(np.arange(len(data)))
+    flipped = type(data)(flipped.user, flipped.item, (6 - flipped.rating).astype(np.float32), data.n_users, data.n_items, 1.0, 5.0)
+    assert run_contender(c, 1.0, *three_way_split(flipped, 0), seeds=(0,), tune_on=tune_on)["params"] == picks[0]["params"]
+
+
+def test_verdicts_read_the_interval_not_the_mean():
+    assert verdict(0.001, 0.02) == "beats" and verdict(-0.02, -0.001) == "loses to"
+    assert verdict(-0.0004, 0.0011) == "indistinguishable from" and verdict(None, None) == "failed"
+
+
+def test_margin_interval_over_splits_widens_with_the_splits_luck():
+    rng = np.random.default_rng(3)
+    users = [rng.integers(0, 100, 3000) for _ in range(3)]
+    floor = [rng.exponential(1.0, 3000) for _ in range(3)]
+    same = [[f * 0.97, f * 0.97] for f in floor]                        # the same 3 % better on every split
+    luck = [[f * k, f * k] for f, k in zip(floor, (0.90, 0.97, 1.04))]   # better on one split, worse on another
+    m1, lo1, hi1 = margin_interval(same, floor, users, 100)
+    m2, lo2, hi2 = margin_interval(luck, floor, users, 100)
+    assert lo1 > 0 and hi2 - lo2 > 2 * (hi1 - lo1) and lo2 < 0 < hi2
+    one = margin_interval(same[0], floor[0], users[0], 100)             # one split: the former, users-and-seeds interval
+    assert one[1] < one[0] < one[2]
+
+
+def test_the_committed_record_is_shown_not_recomputed_in_a_fresh_build_folder(tmp_path):
+    """A fresh clone has no build folder: `dpmf compare` shows the current committed record (no batch run) and leaves results.json as it was."""
+    from dpmf_lit.settings import load_settings
+    results = load_settings().results_file
+    before = results.read_bytes()
+    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli", "compare", "--build-dir", str(tmp_path / "b"), "--unit", "user", "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "shown, not recomputed" in p.stderr and not (tmp_path / "b" / "quick").exists()
+    assert results.read_bytes() == before and "dp-bias" in json.loads(p.stdout)["user"]
+
+
+@pytest.mark.slow
+def test_dpmf_compare_on_a_movielens_file_it_never_saw_writes_apart(tmp_path):
+    """`dpmf compare --dataset FILE` end to end on a MovieLens-format file made here (no item features): every contender's
+    row, both kinds of tuning, the intervals over two splits; written under --out, the committed record untouched."""
+    from dpmf_lit.settings import load_settings
+    d = synthetic(250, 90, 7000, seed=11)
+    lines = [f"{u + 1}::{i + 1}::{int(r)}::{978300000 + k}" for k, (u, i, r) in enumerate(zip(d.user, d.item, d.rating))]
+    f = tmp_path / "ratings.dat"; f.write_text("\n".join(lines) + "\n")
+    results = load_settings().results_file
+    before = results.read_bytes()
+    cmd = [sys.executable, "-m", "dpmf_lit.cli", "compare", "--dataset", str(f), "--epsilons", "1", "--seeds", "2", "--splits", "2",
+           "--out", str(tmp_path / "out"), "--no-progress", "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout)
+    rows = out["user"]
+    assert rows["dp-bias"]["error"] == [None] and rows["dp-bias"]["test_rmse"][0] > 0
+    assert {r["selection"] for u in ("user", "rating") for r in out[u].values()} == {"validation", "public", "none"}
+    assert "dp-bias [public tuning]" in rows
+    assert all(r["margin_lo"][0] <= r["margin"][0] <= r["margin_hi"][0] for r in rows.values() if not r["error"][0])
+    assert out["floor"]["label"] in RELEASE_NOTHING and out["splits"] == 2
+    assert str(tmp_path / "out") in out["written_to"] and (tmp_path / "out" / "record.json").is_file()
+    for name in ("compare_epsilon", "compare_slices"): assert (tmp_path / "out" / f"{name}.png").is_file()
+    assert results.read_bytes() == before
+
+
+@pytest.mark.slow
+def test_the_fits_run_on_a_dask_cluster_with_the_same_numbers(data):
+    distributed = pytest.importorskip("distributed")
+    one = tuple(c for c in CONTENDERS if c.label == "dp-bias")
+    here = compare_epsilons(data, (1.0,), (0, 1), contenders=one, progress=False, splits=2)
+    with distributed.Client(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None) as client:
+        there = compare_epsilons(data, (1.0,), (0, 1), contenders=one, progress=False, splits=2, dask=client)
+    cols = ["label", "test_rmse", "valid_rmse", "margin", "margin_lo", "margin_hi"]
+    assert here[cols].equals(there[cols])

@@ -109,9 +109,12 @@ def test_allow_dirty_records_are_unpublishable_and_stale(clone):
     nb = clone / "nbs" / "experiments" / "pmf_rank.ipynb"
     nb.write_text(nb.read_text().replace("# numba threads", "# numba threads (edited)", 1))
     try:
+        committed = (clone / "figures" / "results.json").read_bytes()
         r = _dpmf(clone, "reproduce", "--profile", "smoke", "--only", "baseline-pmf-rank", "--allow-dirty", "--no-progress")
         assert r.returncode == 0, r.stdout + r.stderr
-        rec = load_results(clone / "figures" / "results.json")["baseline-pmf-rank"]
+        assert (clone / "figures" / "results.json").read_bytes() == committed    # the smoke profile never writes the committed record
+        assert "figures/profiles/smoke/baseline/pmf_rank.png" in r.stdout
+        rec = load_results(clone / "figures" / "profiles" / "smoke" / "results.json")["baseline-pmf-rank"]
         assert rec["publishable"] is False and rec["git_revision"].endswith("-dirty")
         st = _dpmf(clone, "reproduce", "--status", "--profile", "smoke", "--only", "baseline-pmf-rank")
         assert st.returncode == 1 and "uncommitted sources" in st.stdout and "refresh with: dpmf reproduce" in st.stdout
