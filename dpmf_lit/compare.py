@@ -21,7 +21,8 @@ from .mf import evaluate
 __all__ = ['CONTENDERS', 'RELEASE_NOTHING', 'BASELINES', 'NO_GUARANTEE', 'NOT_AT_A_TARGET', 'SELECTIONS', 'USER_CONTENDERS',
            'UNITS', 'PAPER_ROWS', 'INDEX_HEADING', 'three_way_split', 'Contender', 'run_contender', 'floor_row',
            'compare_epsilons', 'compare_users', 'panel', 'beats_nothing_from', 'comparison_record', 'comparison_table',
-           'covered', 'answer', 'ablation_table', 'slice_table', 'paper_verdicts', 'index_block', 'sync_index']
+           'covered', 'answer', 'ablation_table', 'slice_table', 'tuning_table', 'paper_verdicts', 'index_block',
+           'sync_index']
 
 # %% ../nbs/11_compare.ipynb #a8937126
 def three_way_split(ratings: Ratings, seed: int = 0) -> tuple[Ratings, Ratings, Ratings]:
@@ -135,7 +136,7 @@ def _attempt(c: Contender, epsilon, train, valid, test, seeds, tune_on=None) -> 
 
 def _combine(rows: list[dict], slices: list) -> dict:
     "One row of a contender at one ε from its rows on each split: means over splits and seeds, the spread over splits, slices."
-    bad = next((r["error"] for r in rows if r["error"]), None)
+    bad = next(((f"split {k}: " if len(rows) > 1 else "") + r["error"] for k, r in enumerate(rows) if r["error"]), None)
     out = dict(rows[0])
     if bad:
         out.update(_failed(Contender(out["label"], out["mechanism"], out["unit"]), out["epsilon"], RuntimeError()), error=bad)
@@ -180,6 +181,7 @@ def compare_epsilons(ratings: Ratings, epsilons=(0.1, 1.0, 10.0), seeds=(0, 1, 2
     slices = [(test, popularity_slices(train, slice_epsilon)) for train, _, test in parts]
     df = pd.DataFrame([_combine(done[i::len(jobs)], slices) for i in range(len(jobs))])
     df["error"] = pd.Series([e if isinstance(e, str) else None for e in df.error], dtype=object)   # None, not NaN, where it ran
+    df.attrs["splits"] = splits
     floor = floor_row(df)
     def interval(r):
         if isinstance(r.error, str) or r.label == floor.label: return (None, None, None)
@@ -200,14 +202,15 @@ USER_CONTENDERS = (
 def compare_users(sizes=(1000, 4000, 16000), epsilon: float = 1.0, seeds=(0, 1, 2), ratings_per_user: int = 40,
                   n_items: int = 1000, rank: int = 5, contenders=USER_CONTENDERS, progress: bool = True) -> pd.DataFrame:
     """One row per (users, contender) at `epsilon` per user, plus the release-nothing baselines and non-private PMF, on
-    synthetic data of each size; `size_seconds`: the wall time of each size (data, tuning and every fit) on this machine."""
+    synthetic data of each size (nothing private: tuning on its validation split costs nothing); a contender that raises
+    gets a failed row; `size_seconds`: the wall time of each size (data, tuning and every fit) on this machine."""
     rows = []
     for n in tqdm(sizes, desc="users", disable=not progress):
         t0, first = time.perf_counter(), len(rows)
         data = synthetic(check_int("size", n, 2), n_items, ratings_per_user * n, rank=rank, seed=0)
         train, valid, test = three_way_split(data, 0)
-        for c in contenders: rows.append(dict(users=n, **run_contender(c, epsilon, train, valid, test, seeds)))
-        for c in BASELINES[:2] + BASELINES[4:]: rows.append(dict(users=n, **run_contender(c, None, train, valid, test, seeds[:1])))
+        for c in contenders: rows.append(dict(users=n, **_attempt(c, epsilon, train, valid, test, seeds)))
+        for c in BASELINES[:2] + BASELINES[4:]: rows.append(dict(users=n, **_attempt(c, None, train, valid, test, seeds[:1])))
         for r in rows[first:]: r["size_seconds"] = time.perf_counter() - t0
     return pd.DataFrame(rows)
 
@@ -245,7 +248,7 @@ def _row_record(g: pd.DataFrame) -> dict:
 
 def comparison_record(df: pd.DataFrame, users: pd.DataFrame | None = None) -> dict:
     "The numbers of a comparison, as recorded in results.json (per unit, per contender: lists over ε)."
-    rec = {"epsilons": sorted(df.epsilon.dropna().unique().tolist()), "splits": len(df.split_rmse.iloc[0]) if "split_rmse" in df else 1,
+    rec = {"epsilons": sorted(df.epsilon.dropna().unique().tolist()), "splits": int(df.attrs.get("splits", 1)),
            "by_unit": {}, "beats_nothing_from": {}}
     for unit in UNITS:
         rec["by_unit"][unit] = {label: _row_record(g) for label, g in panel(df, unit).groupby("label", sort=False)}
@@ -326,20 +329,25 @@ def answer(rec: dict, epsilons=(0.1, 1.0, 10.0), meaningful: float = 1.0) -> str
     nothing, floor, out = rec["floor"]["test_rmse"], rec["floor"]["label"], []
     splits = rec.get("splits", 1)
     out.append(f"Releasing nothing means the better of the on-device baselines on validation: {floor} ({nothing:.3f}). "
-               f"Only rows whose ε covers everything they did, the choice of their settings included, are read here; the "
-               f"intervals resample test users, noise seeds{' and ' + str(splits) + ' random splits' if splits > 1 else ''}.")
+               f"Only end-to-end rows whose ε covers everything they did, the choice of their settings included, are read here "
+               f"(which of them to name is the study's choice, on validation, outside every ε); the intervals resample test "
+               f"users, noise seeds{' and ' + str(splits) + ' random splits' if splits > 1 else ''}.")
     for unit in UNITS:
         parts = []
         for e in (e for e in epsilons if e in rec["epsilons"]):
             label, v = _best(rec, unit, e)
             parts.append(f"at ε = {e:g} none ran" if label is None else f"at ε = {e:g} {label} ({v:.3f}: {_margin(rec, unit, label, e)})")
         out.append(f"Per {unit}, the best such mechanism (chosen on validation) is " + "; ".join(parts) + ".")
+    ran = lambda r: r.get("selection") in ("none", "public")          # failed rows have no selection
     never = sorted({label for unit in UNITS for label, e in rec["beats_nothing_from"][unit].items()
-                    if (e is None or e > meaningful) and rec["by_unit"][unit][label].get("selection") != "validation"})
+                    if (e is None or e > meaningful) and ran(rec["by_unit"][unit][label])})
+    failed = sorted({label for unit in UNITS for label, r in rec["by_unit"][unit].items() if any(r["error"])})
     out.append(f"Never shown to beat releasing nothing at any ε ≤ {meaningful:g} (the interval above zero): " + "; ".join(never) + ".")
+    if failed: out.append("Failed on this data (the table says why): " + "; ".join(failed) + ".")
     if "users" in rec:
         cross = {k: v for k, v in rec["users"]["beats_nothing_from"].items()}
-        out.append("On synthetic data (item effects and public features) at ε = 1 per user, releasing nothing is beaten from " + "; ".join(
+        out.append("On synthetic data (item effects and public features; nothing private, so tuned on validation; by the mean over "
+                   "the noise seeds) at ε = 1 per user, releasing nothing is beaten from " + "; ".join(
             f"{k}: {'never (up to ' + format(max(rec['users']['sizes']), ',') + ' users)' if v is None else format(v, ',') + ' users'}"
             for k, v in cross.items()) + ".")
     return " ".join(out)
@@ -360,11 +368,27 @@ def slice_table(rec: dict, unit: str = "user", epsilon: float = 1.0) -> str:
     lines = ["| mechanism | " + " | ".join(SLICES) + " |", "|---|" + "---|" * len(SLICES)]
     for label, r in rec["by_unit"][unit].items():
         k = r["epsilons"].index(epsilon) if epsilon in r["epsilons"] else None
-        if k is None or r["error"][k]: continue
+        if k is None or r["error"][k] or r["slices"][SLICES[0]][k] is None: continue
         lines.append(f"| {label}{' †' if r.get('selection') == 'validation' else ''} | " + " | ".join(f"{r['slices'][s][k]:.3f}" for s in SLICES) + " |")
     for label in rec["baselines"]:
         sl = rec["rest"][label]["slices"]
         if sl: lines.append(f"| {label} ({'releases nothing' if label in RELEASE_NOTHING else 'non-private'}) | " + " | ".join(f"{sl[s]:.3f}" for s in SLICES) + " |")
+    return "\n".join(lines)
+
+# %% ../nbs/11_compare.ipynb #ca6d26a5
+def tuning_table(rec: dict, unit: str = "user", epsilons=(0.1, 1.0, 10.0)) -> str:
+    "What counting the tuning costs: test RMSE of each mechanism tuned on validation (†, not covered) and on the public stand-in (covered)."
+    eps = [e for e in epsilons if e in rec["epsilons"]]
+    rows = rec["by_unit"][check_choice("unit", unit, UNITS)]
+    lines = ["| mechanism | " + " | ".join(f"ε = {e:g}: † / public / cost" for e in eps) + " |", "|---|" + "---|" * len(eps)]
+    for label, r in rows.items():
+        pub = rows.get(f"{label} [public tuning]")
+        if r.get("selection") != "validation" or pub is None: continue
+        cells = []
+        for e in eps:
+            a, b = r["test_rmse"][r["epsilons"].index(e)], pub["test_rmse"][pub["epsilons"].index(e)]
+            cells.append("failed" if a is None or b is None else f"{a:.3f} / {b:.3f} / {b - a:+.3f}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 # %% ../nbs/11_compare.ipynb #1d617297
@@ -402,8 +426,12 @@ def index_block(rec: dict) -> str:
         "over the splits and noise seeds, the range of the splits' means, seconds a fit ([11_compare](11_compare.ipynb), `dpmf compare`; "
         "`dpmf compare --dataset FILE` on your own ratings). Rows marked † chose their settings on validation without noise, "
         "as in Chien et al. 2021: their ε does not cover that choice. Rows marked [public tuning] chose them on a synthetic "
-        "stand-in built from public quantities only (the numbers of users and items, the rating scale): their ε covers "
-        "everything they did. Generated from `figures/results.json` by `make readme`.", "",
+        "stand-in built from public quantities only (the numbers of users and items, the rating scale; [11a_compare_stats]"
+        "(11a_compare_stats.ipynb)): their guarantee, end-to-end or conditional as the row says, covers that choice too. "
+        "The test numbers and intervals are the study's, measured without noise. Generated from `figures/results.json` by "
+        "`make readme`.", "",
+        "**What counting the tuning costs** (test RMSE per user, tuned on validation † / on the public stand-in / the "
+        "difference):", "", tuning_table(rec), "",
         "**Per user** (one user's ratings replaced):", "", comparison_table(rec, "user"), "",
         "**Per rating** (one rating's value changed; per-user mechanisms at their per-user ε):", "", comparison_table(rec, "rating"), "",
         f"No guarantee at a target ε (shown only here): " + ", ".join(f"{k} {v:.3f}" for k, v in rec["no_guarantee"].items() if v is not None)

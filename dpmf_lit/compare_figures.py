@@ -54,11 +54,11 @@ def figure_epsilon(rec: dict):
 def figure_slices(rec: dict, unit: str = "user", epsilons=(1.0, 10.0)):
     "Figure 3 from a comparison record: test RMSE by popularity slice, one panel per ε, the end-to-end rows whose ε covers their tuning beside the baselines."
     import matplotlib.pyplot as plt
-    eps = [e for e in epsilons if e in rec["epsilons"]]
+    eps = [e for e in epsilons if e in rec["epsilons"]] or rec["epsilons"][-1:]   # else the largest ε run
     fig, axes = plt.subplots(1, len(eps), figsize=(6.2 * len(eps), 4.6), sharey=True, layout="constrained", squeeze=False)
     for ax, e in zip(axes[0], eps):
         rows = [(label, [r["slices"][s][r["epsilons"].index(e)] for s in SLICES]) for label, r in rec["by_unit"][unit].items()
-                if covered(r) and not r["error"][r["epsilons"].index(e)]]
+                if covered(r) and not r["error"][r["epsilons"].index(e)] and r["slices"][SLICES[0]][r["epsilons"].index(e)] is not None]
         rows += [(f"{b} ({'releases nothing' if b in RELEASE_NOTHING else 'non-private'})", [rec["rest"][b]["slices"][s] for s in SLICES])
                  for b in rec["baselines"] if b != "global-mean" and rec["rest"][b]["slices"]]
         w = 0.8 / len(rows)
@@ -67,7 +67,7 @@ def figure_slices(rec: dict, unit: str = "user", epsilons=(1.0, 10.0)):
             ax.bar(np.arange(len(SLICES)) + (k - (len(rows) - 1) / 2) * w, ys, w, label=label,
                    color="k" if base and label.startswith(rec["floor"]["label"]) else "0.55" if base else f"C{k % 10}",
                    hatch="//" if "non-private" in label else None, edgecolor="w", lw=0.3)
-        ax.set_xticks(range(len(SLICES)), [f"{s}\n(a third of the ratings)" for s in SLICES])
+        ax.set_xticks(range(len(SLICES)), [f"{s}\n(a third of the DP counts)" for s in SLICES])
         ax.set_title(f"ε = {e:g} per {unit}", fontsize=10); ax.grid(axis="y", alpha=0.3)
         vals = [v for _, ys in rows for v in ys if v is not None]
         ax.set_ylim(min(vals) - 0.05, max(vals) + 0.03)
@@ -80,7 +80,7 @@ def figure_users(rec: dict, epsilon: float = 1.0):
     import matplotlib.pyplot as plt
     u = rec["users"]
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for k, label in enumerate(x for x in u if x not in ("sizes", "beats_nothing_from", "floor", "floor_label")):
+    for k, label in enumerate(x for x in u if x not in ("sizes", "beats_nothing_from", "floor", "floor_label", "seconds")):
         ls = {"user-mean": "-.", "user-features": "-", "pmf": ":"}.get(label, "-o" if label != "sgld" else "--o")
         name = {"user-mean": "user-mean (releases nothing)", "user-features": "user-features (releases nothing)",
                 "pmf": "pmf (non-private)", "sgld": "sgld [conditional]"}.get(label, label)

@@ -13,11 +13,14 @@ from .checks import check_int
 from .data import Ratings, random_split, synthetic
 
 # %% auto #0
-__all__ = ['STANDIN_RATINGS_PER_USER', 'SLICES', 'public_standin', 'margin_interval', 'verdict', 'popularity_slices',
-           'slice_errors']
+__all__ = ['STANDIN_RATINGS_PER_USER', 'STANDIN_SHAPE', 'SLICES', 'public_standin', 'margin_interval', 'verdict',
+           'popularity_slices', 'slice_errors']
 
 # %% ../nbs/11a_compare_stats.ipynb #1b706838
 STANDIN_RATINGS_PER_USER = 40   # declared, not read from the ratings: the stand-in's density
+STANDIN_SHAPE = dict(noise=1.0, interaction_sd=0.5, user_bias_sd=0.5, item_bias_sd=0.5, popularity_corr=0.0, feature_signal=0.25)
+# round values in rating units of a 1-5 scale, declared here: the generator's own defaults were matched to MovieLens 100K's
+# statistics (00e_synthetic), so they are not used
 
 def public_standin(ratings: Ratings, ratings_per_user: int = STANDIN_RATINGS_PER_USER, seed: int = 0) -> Ratings:
     """Synthetic ratings built from what every guarantee here treats as public: the number of users (replacing one user's
@@ -25,7 +28,7 @@ def public_standin(ratings: Ratings, ratings_per_user: int = STANDIN_RATINGS_PER
     `ratings_per_user` is declared, not read. Rank 5 with user and item effects and public features ([00e_synthetic](00e_synthetic.ipynb))."""
     n_users, n_items = ratings.n_users, ratings.n_items
     n = min(check_int("ratings_per_user", ratings_per_user, 1) * n_users, (n_users * n_items) // 2)
-    s = synthetic(n_users, n_items, max(n, 1), rank=5, seed=seed, name=f"public stand-in of {ratings.name}")
+    s = synthetic(n_users, n_items, max(n, 1), rank=5, seed=seed, mean=3.0, name=f"public stand-in of {ratings.name}", **STANDIN_SHAPE)
     lo, hi = float(ratings.rating_min), float(ratings.rating_max)
     scaled = (lo + (s.rating.astype(np.float64) - 1.0) * (hi - lo) / 4.0).astype(np.float32)   # 1..5 onto the data's scale
     return replace(s, rating=scaled, rating_min=lo, rating_max=hi)
@@ -46,11 +49,13 @@ def _boot_margins(sq_mech, sq_floor, user, n_users: int, n_boot: int, rng) -> tu
 def margin_interval(sq_mech, sq_floor, user, n_users: int, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
     """(margin, lo, hi): the floor's test RMSE minus the mechanism's (averaged over its noise seeds), and a `level` interval
     from resampling test users with replacement (paired: the same users for both) and the mechanism's seeds. Several
-    splits: `sq_mech`, `sq_floor` and `user` are lists with one entry per split; each bootstrap draw first picks a split
-    at random, so the interval covers the luck of the split too, and the margin is the mean over the splits."""
+    splits: `sq_mech`, `sq_floor` and `user` are lists with one entry per split, and the result is about the margin one
+    random split shows: its estimate is the mean over the splits, its interval pools equal numbers of draws from each
+    split, so it covers the luck of the split too (a predictive interval, wider than one for the mean of the splits)."""
     if not isinstance(user, (list, tuple)): sq_mech, sq_floor, user = [sq_mech], [sq_floor], [user]
     rng = np.random.default_rng(seed)
-    counts = [n_boot] if len(user) == 1 else rng.multinomial(n_boot, np.full(len(user), 1.0 / len(user)))
+    K = len(user)
+    counts = [n_boot // K + (k < n_boot % K) for k in range(K)]     # the splits weighted equally
     parts = [_boot_margins(m, f, u, n_users, int(k), rng) for m, f, u, k in zip(sq_mech, sq_floor, user, counts)]
     lo, hi = np.quantile(np.concatenate([b for _, b in parts]), [(1 - level) / 2, (1 + level) / 2])
     return float(np.mean([m for m, _ in parts])), float(lo), float(hi)
@@ -67,8 +72,8 @@ SLICES = ("head", "torso", "tail")
 def popularity_slices(train: Ratings, epsilon: float = 10.0, delta: float = 1e-5, max_ratings: int = 50, seed: int = 0) -> np.ndarray:
     """Each item's slice, 0 head, 1 torso, 2 tail: the items ordered by their counts as dp-bias releases them ((ε, δ) per
     user, each user's ratings trimmed to τ = `max_ratings`, [09_baselines](09_baselines.ipynb)), cut where the released
-    counts pass one third and two thirds of their total. The seed is fixed: the slicing is the study's, reproducible and so
-    not private against whoever knows the seed; no mechanism sees it."""
+    counts pass one third and two thirds of their total. The seed is fixed: the slicing is the study's diagnostic,
+    reproducible and so not private against whoever knows the seed; no mechanism sees it."""
     _, sigma = bias_noise(epsilon, delta, max_ratings)
     rng = np.random.default_rng([seed, 7])
     _, C, _ = release_item_totals(train, public_mean(train, None), max_ratings, sigma, rng, np.random.default_rng([seed, 8]))

@@ -2,6 +2,7 @@
 table and the answer read from the same rows, README's first section generated from the committed record, and
 `dpmf compare` end to end on the smoke profile."""
 import json, math, re, subprocess, sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -87,6 +88,15 @@ def test_readme_first_section_is_generated_from_the_committed_record():
     assert untimed(cells[first_table]) == untimed(index_block(load_record("compare")["numbers"])), "run `make readme` after `dpmf compare`"
 
 
+@pytest.mark.parametrize("args, named", [
+    (["--format", "movielens-dat"], "--format"), (["--profile", "smoke", "--force"], "--force"),
+    (["--epsilons", "1,-2"], "--epsilons"), (["--seeds", "0"], "--seeds"), (["--dataset", " "], "--dataset"),
+    (["--dataset", "/no/such/ratings.dat"], "/no/such/ratings.dat"), (["--profile", "smoke", "--out", "/proc/x/y"], "--out")])
+def test_bad_compare_arguments_are_refused_before_any_work(args, named):
+    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli", "compare", "--no-progress", *args], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "dpmf: error:" in p.stderr and named in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
 def test_a_bad_unit_is_refused_by_the_command_line():
     p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli", "compare", "--unit", "household"], capture_output=True, text=True)
     assert p.returncode == 2 and "dpmf: error:" in p.stderr and "household" in p.stderr
@@ -104,8 +114,9 @@ def test_dpmf_compare_smoke_writes_its_own_record_and_figures_not_the_committed_
     out = json.loads(p.stdout)
     assert set(out) >= {"user", "baselines", "beats_nothing_from"} and "rating" not in out
     assert math.isclose(out["user"]["dp-bias"]["epsilons"][0], 1.0) and out["splits"] == 2
-    own = tmp_path / "b" / "compare" / "smoke"
-    assert str(own) in out["written_to"] and (own / "record.json").is_file()
+    own = Path(out["folder"])
+    assert own.parent == tmp_path / "b" / "compare" and own.name.startswith("smoke") and (own / "record.json").is_file()
+    assert "no guarantee covers them" in out["not_covered"]
     for name in ("compare_epsilon", "compare_users", "compare_slices"): assert (own / f"{name}.png").is_file()
     assert results.read_bytes() == before and all(p.read_bytes() == b for p, b in figs.items())
 
