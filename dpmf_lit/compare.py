@@ -405,6 +405,7 @@ def paper_verdicts(rec: dict) -> str:
         if unit is None:
             v, what, (m, lo, hi) = rec["no_guarantee"][label], NOT_AT_A_TARGET.get(label, "none"), rec["rest"][label]["margin"]
         else:
+            label = f"{label} [public tuning]" if f"{label} [public tuning]" in rec["by_unit"][unit] else label   # covered where it can be
             r = rec["by_unit"][unit][label]
             k = r["epsilons"].index(eps)
             v, what, (m, lo, hi) = r["test_rmse"][k], f"{r['coverage']}, ε = {eps:g} per {unit}", (r["margin"][k], r["margin_lo"][k], r["margin_hi"][k])

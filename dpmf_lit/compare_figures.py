@@ -29,15 +29,17 @@ def figure_epsilon(rec: dict):
     "Figure 1 from a comparison record: one panel per unit, the rows whose ε covers their tuning; rows off the scale drawn as ▲ at the top edge."
     import matplotlib.pyplot as plt
     lo, hi = _limits(rec)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 7.2), sharey=True, layout="constrained")
+    fig, axes = plt.subplots(1, 2, figsize=(13, 9.5), sharey=True, layout="constrained")
+    order = list(dict.fromkeys(label for unit in UNITS for label in _drawn(rec, unit)))   # one colour per row in both panels
+    colour = lambda label: plt.get_cmap("tab20")(order.index(label) % 20)
     for ax, unit in zip(axes, UNITS):
-        for k, (label, r) in enumerate(_drawn(rec, unit).items()):
+        for label, r in _drawn(rec, unit).items():
             ok = [i for i, e in enumerate(r["error"]) if not e]
             x, t, sd = ([r[key][i] for i in ok] for key in ("epsilons", "test_rmse", "test_sd"))
             y, off = np.minimum(t, hi - 0.01), max(t) > hi
             name = label + ("" if r["coverage"] == "end-to-end" else " [conditional]") + (f" (off scale, up to {max(t):.2f})" if off else "")
             ax.errorbar(x, y, yerr=sd, fmt=("-" if r["coverage"] == "end-to-end" else "--") + ("^" if off else "o"),
-                        ms=4, capsize=2, color=f"C{k % 10}", label=name)
+                        ms=4, capsize=2, color=colour(label), label=name)
         floor = rec["floor"]["label"]
         for label, v in sorted(rec["baselines"].items(), key=lambda kv: (kv[0] != floor, kv[0] not in RELEASE_NOTHING)):
             if v is None: continue
@@ -46,7 +48,7 @@ def figure_epsilon(rec: dict):
                        lw=1.6 if label == floor else 1, label=f"{label}: " + (("releases nothing" + (", the floor" if label == floor else ""))
                                                                             if nothing else "non-private") + f" ({v:.3f})")
         ax.set_xscale("log"); ax.set_ylim(lo, hi); ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=1, frameon=False)
         ax.set_xlabel(f"ε per {unit} (δ = 1e-5 where Gaussian)"); ax.set_title(f"guarantee per {unit}", fontsize=10)
     axes[0].set_ylabel(f"test RMSE (mean ± sd over {rec.get('splits', 1)} splits and the noise seeds)")
     return fig
@@ -67,7 +69,7 @@ def figure_slices(rec: dict, unit: str = "user", epsilons=(1.0, 10.0)):
             ax.bar(np.arange(len(SLICES)) + (k - (len(rows) - 1) / 2) * w, ys, w, label=label,
                    color="k" if base and label.startswith(rec["floor"]["label"]) else "0.55" if base else f"C{k % 10}",
                    hatch="//" if "non-private" in label else None, edgecolor="w", lw=0.3)
-        ax.set_xticks(range(len(SLICES)), [f"{s}\n(a third of the DP counts)" for s in SLICES])
+        ax.set_xticks(range(len(SLICES)), SLICES); ax.set_xlabel("items by popularity, each slice a third of the DP counts")
         ax.set_title(f"ε = {e:g} per {unit}", fontsize=10); ax.grid(axis="y", alpha=0.3)
         vals = [v for _, ys in rows for v in ys if v is not None]
         ax.set_ylim(min(vals) - 0.05, max(vals) + 0.03)
@@ -79,7 +81,7 @@ def figure_users(rec: dict, epsilon: float = 1.0):
     "Figure 2 from a comparison record with a `users` part."
     import matplotlib.pyplot as plt
     u = rec["users"]
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, ax = plt.subplots(figsize=(8.6, 4.2), layout="constrained")
     for k, label in enumerate(x for x in u if x not in ("sizes", "beats_nothing_from", "floor", "floor_label", "seconds")):
         ls = {"user-mean": "-.", "user-features": "-", "pmf": ":"}.get(label, "-o" if label != "sgld" else "--o")
         name = {"user-mean": "user-mean (releases nothing)", "user-features": "user-features (releases nothing)",
@@ -88,5 +90,5 @@ def figure_users(rec: dict, epsilon: float = 1.0):
     ax.set_xscale("log"); ax.set_xlabel("users (synthetic: rank 5, item effects, public features; 1,000 items, 40 ratings a user)", fontsize=8)
     ax.set_ylabel("test RMSE")
     ax.set_title(f"ε = {epsilon:g} per user: from how many users does a private mechanism beat releasing nothing?", fontsize=9)
-    ax.grid(alpha=0.3); ax.legend(fontsize=8)
+    ax.grid(alpha=0.3); ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     return fig
