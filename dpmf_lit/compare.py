@@ -431,13 +431,13 @@ def index_block(rec: dict) -> str:
         "(11a_compare_stats.ipynb)): their guarantee, end-to-end or conditional as the row says, covers that choice too. "
         "The test numbers and intervals are the study's, measured without noise. Generated from `figures/results.json` by "
         "`make readme`.", "",
-        "**What counting the tuning costs** (test RMSE per user, tuned on validation † / on the public stand-in / the "
-        "difference):", "", tuning_table(rec), "",
         "**Per user** (one user's ratings replaced):", "", comparison_table(rec, "user"), "",
         "**Per rating** (one rating's value changed; per-user mechanisms at their per-user ε):", "", comparison_table(rec, "rating"), "",
         f"No guarantee at a target ε (shown only here): " + ", ".join(f"{k} {v:.3f}" for k, v in rec["no_guarantee"].items() if v is not None)
         + "; pdp-pmf (removed) has none for its paper's neighbour, only a value change at its own ε.", "",
         "**The answer.** " + answer(rec), "",
+        "**What counting the tuning costs** (test RMSE per user, tuned on validation † / on the public stand-in / the "
+        "difference):", "", tuning_table(rec), "",
         "**Where DP loses** (test RMSE at ε = 1 per user by item popularity: items ordered by their counts as a dp-bias release at "
         "ε = 10 gives them, cut at a third and two thirds of the ratings):", "", slice_table(rec), "",
         "**What DPALS's released item factors add** (test RMSE as fitted, and with V set to zero, keeping its centring and "
