@@ -13,7 +13,7 @@ from .formats import FORMATS
 from .item_features import ITEM_FORMATS
 from .ratings import _ON_DUPLICATE
 from .settings import PROFILES, load_settings
-from .experiment import dataset_kind, known_datasets, load_data, load_ratings, parse_assignments, parse_dataset_spec, to_jsonable
+from .experiment import dataset_kind, load_data, parse_assignments, to_jsonable
 from .provenance import (committed_results, profile_settings, compare_records, format_comparison, format_status, load_manifest,
                                  load_results, select, status)
 from .outputs import format_outputs_status, outputs_status, store_outputs

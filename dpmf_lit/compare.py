@@ -18,8 +18,8 @@ from .mechanism import get_mechanism
 from .mf import evaluate
 
 # %% auto #0
-__all__ = ['CONTENDERS', 'RELEASE_NOTHING', 'BASELINES', 'NO_GUARANTEE', 'NOT_AT_A_TARGET', 'SELECTIONS', 'USER_CONTENDERS',
-           'UNITS', 'PAPER_ROWS', 'INDEX_HEADING', 'three_way_split', 'Contender', 'run_contender', 'floor_row',
+__all__ = ['CONTENDERS', 'RELEASE_NOTHING', 'BASELINES', 'NO_GUARANTEE', 'NOT_AT_A_TARGET', 'USER_CONTENDERS', 'UNITS',
+           'PAPER_ROWS', 'INDEX_HEADING', 'three_way_split', 'Contender', 'pick', 'run_contender', 'floor_row',
            'compare_epsilons', 'compare_users', 'panel', 'beats_nothing_from', 'comparison_record', 'comparison_table',
            'covered', 'answer', 'ablation_table', 'slice_table', 'tuning_table', 'paper_verdicts', 'index_block',
            'sync_index']
@@ -85,20 +85,21 @@ def _zero_private_factors(model):
     V = model.V.copy(); V[:, :model.params["d"]] = 0
     return replace(model, V=V)
 
-SELECTIONS = {"none": "a single setting: nothing selected",
-              "public": "chosen on a public stand-in: the selection reads no private rating, so the ε covers it",
-              "validation": "chosen on validation without noise: not covered by the ε"}
+def pick(c: Contender, epsilon: float | None, train: Ratings, valid: Ratings) -> tuple[dict, list]:
+    "(the grid point of lowest validation RMSE at `epsilon`, noise seed 0; every point's validation RMSE)."
+    scores = [evaluate(c.build(epsilon, 0, **p).fit(train), valid)["rmse"] for p in c.grid]
+    return c.grid[int(np.nanargmin(scores))], scores
 
 def run_contender(c: Contender, epsilon: float | None, train: Ratings, valid: Ratings, test: Ratings, seeds=(0, 1, 2),
-                  tune_on: tuple[Ratings, Ratings] | None = None) -> dict:
+                  tune_on: tuple[Ratings, Ratings] | None = None, chosen: dict | None = None) -> dict:
     """Choose `c`'s grid point at `epsilon` (seed 0) on `valid`, or on the public stand-in's (train, valid) `tune_on`; then
     {test RMSE mean, sd, seconds per fit, chosen params, report class, `selection`} over `seeds`, each seed's squared test
-    errors (`errors`, for the paired intervals), `valid_rmse` of the chosen point and, for DPALS, the test RMSE with V set to zero (`ablation`)."""
-    tr_sel, va_sel = tune_on or (train, valid)
-    score = lambda p: evaluate(c.build(epsilon, 0, **p).fit(tr_sel), va_sel)["rmse"]
+    errors (`errors`, for the paired intervals), `valid_rmse` of the chosen point and, for DPALS, the test RMSE with V set to zero
+    (`ablation`). `chosen`: the point `tune_on` already chose (the stand-in is the same for every split: chosen once)."""
     tuned = len(c.grid) > 1 or c.label in RELEASE_NOTHING or epsilon is not None   # the floor and the winners are chosen on validation
-    chosen_by = [score(p) for p in c.grid] if tuned and (len(c.grid) > 1 or tune_on is None) else [0.0]
-    best = c.grid[int(np.nanargmin(chosen_by))] if tuned else c.grid[0]
+    if tune_on is not None: best = chosen if chosen is not None else pick(c, epsilon, *tune_on)[0]
+    elif tuned: best, chosen_by = pick(c, epsilon, train, valid)
+    else: best = c.grid[0]
     rmse, secs, errors, ablation, valid_rmse = [], [], [], [], None
     for s in seeds:
         t0 = time.perf_counter()
@@ -123,24 +124,24 @@ def floor_row(df: pd.DataFrame) -> pd.Series:
     return nothing.loc[nothing.valid_rmse.idxmin()]
 
 # %% ../nbs/11_compare.ipynb #e17f53e3
-def _failed(c: Contender, epsilon, exc: Exception) -> dict:
-    "The row of a contender that raised: its error, and no numbers."
-    return dict(label=c.label, mechanism=c.mechanism, unit=c.unit, epsilon=epsilon, params=None, coverage=None, condition=None,
-                reported_epsilon=None, test_rmse=float("nan"), test_sd=float("nan"), valid_rmse=float("nan"), seconds=float("nan"),
-                errors=None, selection=None, rmse=[], ablation=None, error=f"{type(exc).__name__}: {exc}".strip())
+def _failed(row: dict, error: str) -> dict:
+    "The row (label, mechanism, unit, epsilon of `row`) of a contender that raised: its `error`, and no numbers."
+    return dict(label=row["label"], mechanism=row["mechanism"], unit=row["unit"], epsilon=row["epsilon"], params=None, coverage=None,
+                condition=None, reported_epsilon=None, test_rmse=float("nan"), test_sd=float("nan"), valid_rmse=float("nan"),
+                seconds=float("nan"), errors=None, selection=None, rmse=[], ablation=None, error=error)
 
-def _attempt(c: Contender, epsilon, train, valid, test, seeds, tune_on=None) -> dict:
+def _attempt(c: Contender, epsilon, train, valid, test, seeds, tune_on=None, chosen=None) -> dict:
     "`run_contender`, or, when it raises, the failed row: one contender failing on the data does not end the others' work."
-    try: return run_contender(c, epsilon, train, valid, test, seeds, tune_on)
-    except Exception as exc: return _failed(c, epsilon, exc)
+    try: return run_contender(c, epsilon, train, valid, test, seeds, tune_on, chosen)
+    except Exception as exc: return _failed(dict(label=c.label, mechanism=c.mechanism, unit=c.unit, epsilon=epsilon),
+                                            f"{type(exc).__name__}: {exc}".strip())
 
 def _combine(rows: list[dict], slices: list) -> dict:
     "One row of a contender at one ε from its rows on each split: means over splits and seeds, the spread over splits, slices."
     bad = next(((f"split {k}: " if len(rows) > 1 else "") + r["error"] for k, r in enumerate(rows) if r["error"]), None)
     out = dict(rows[0])
     if bad:
-        out.update(_failed(Contender(out["label"], out["mechanism"], out["unit"]), out["epsilon"], RuntimeError()), error=bad)
-        out.update(split_rmse=[], slices=None, errors_by_split=None); return out
+        return {**_failed(out, bad), "split_rmse": [], "slices": None, "errors_by_split": None}
     every = [x for r in rows for x in r["rmse"]]
     sse = sum(slice_errors(r["errors"], t, code) for r, (t, code) in zip(rows, slices))
     out.update(test_rmse=float(np.mean(every)), test_sd=float(np.std(every, ddof=1)) if len(every) > 1 else 0.0,
@@ -171,7 +172,12 @@ def compare_epsilons(ratings: Ratings, epsilons=(0.1, 1.0, 10.0), seeds=(0, 1, 2
     jobs = [(c, e, pub) for c, pub in _variants(contenders, public_tuning) for e in epsilons] + \
            [(c, None, False) for c in BASELINES + NO_GUARANTEE]
     seeds_of = lambda c: seeds if c.unit != "none" or c.mechanism == "pmf" else seeds[:1]
-    tasks = [(c, e, *parts[k], seeds_of(c), tune_on if pub else None) for k in range(splits) for c, e, pub in jobs]
+    def chosen(c, e):                                    # the stand-in's choice, once for every split (None: it raised)
+        try: return pick(c, e, *tune_on)[0]
+        except Exception: return None                    # its own task raises again and records why
+    picks = {(c.label, e): chosen(c, e) for c, e, pub in tqdm(jobs, desc="public tuning", disable=not progress) if pub}
+    tasks = [(c, e, *parts[k], seeds_of(c), tune_on if pub else None, picks.get((c.label, e)))
+             for k in range(splits) for c, e, pub in jobs]
     if dask is None: done = [_attempt(*t) for t in tqdm(tasks, desc="compare", disable=not progress)]
     else:
         from dask.distributed import as_completed
