@@ -7,6 +7,7 @@ Modules:
 - `dpmf_lit.baselines`: What every private recommender must beat: the global mean, each user's own mean computed on the user's device, item means, global + user + item biases, and those biases with user-level differential privacy from one Gaussian release of item sums and counts.
 - `dpmf_lit.bench`: Rating updates per second of the dpmf SGD kernels against Surprise's SVD and LIBMF, in one run, on identical data and epochs, with the machine limits that explain the numbers.
 - `dpmf_lit.bench_mechanisms`: Ratings per second of a whole fit of each private mechanism, beside one epoch of the package's SGD kernel on the same data and threads; the fit at 100 M ratings with its wall time and peak memory.
+- `dpmf_lit.cards`: What each registered mechanism's paper states once, beside its class: the paper, the configuration under which its guarantee holds, its unit, its rows in the comparison, its audits, its role. The studies read their lists from the cards instead of keeping their own.
 - `dpmf_lit.checks`: One set of validators for every public function and mechanism: a bad argument gets a `ValueError` that names the argument and its value, before any work starts.
 - `dpmf_lit.cli`: `dpmf`: fetch and list data, fit a mechanism, benchmark the kernels, reproduce every figure.
 - `dpmf_lit.cli_commands`: `dpmf compare` and `dpmf audit`: run the comparison's batch entry or an empirical privacy audit and print the result

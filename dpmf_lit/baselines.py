@@ -17,6 +17,7 @@ from .privacy import NEIGHBOURING, PrivacyAccountant, PrivacyReport, Unit
 from .privacy import gaussian_epsilon, gaussian_release, gaussian_sigma_analytic
 from .grouping import keep_mask, keep_per_user
 from numba import njit
+from .cards import Card, Contender, grid_of
 
 # %% auto #0
 __all__ = ['LOCAL_SCOPE', 'no_factors', 'ridge_offsets', 'user_offsets', 'public_mean', 'GlobalMean', 'UserMean', 'ItemMean',
@@ -70,6 +71,9 @@ def _fit(self: GlobalMean, train: Ratings, progress: bool = False) -> Factors:
                            notes=f"releases one number, the training mean {mu:.4f}, computed from every rating without noise")
     return Factors(*no_factors(train), mean=mu, privacy=report)
 
+# %% ../nbs/09_baselines.ipynb #58b0ac87
+GlobalMean.card = Card(notebook="09_baselines", role="baseline", at=12, rows=(Contender("global-mean", "global-mean", "none"),))
+
 # %% ../nbs/09_baselines.ipynb #2a055533
 LOCAL_SCOPE = ("nothing leaves a user's device: b_u is computed there from the user's own ratings and public constants, "
                "and the test RMSE pools what each user measures on their own held-out ratings")
@@ -91,6 +95,9 @@ def _fit(self: UserMean, train: Ratings, progress: bool = False) -> Factors:
                            scope=LOCAL_SCOPE, coverage="end-to-end", neighbouring="replace",
                            notes=f"b_u = sum(r - m0) / (n_u + {self.reg:g}) with the public m0 = {m0:g}")
     return Factors(*no_factors(train), b, np.zeros(train.n_items), m0, privacy=report, params={"mean": m0})
+
+# %% ../nbs/09_baselines.ipynb #b448f6c1
+UserMean.card = Card(notebook="09_baselines", role="floor", at=10, rows=(Contender("user-mean", "user-mean", "none"),))
 
 # %% ../nbs/09_baselines.ipynb #451b2c8e
 @register_mechanism("item-mean")
@@ -142,6 +149,9 @@ def _fit(self: Biases, train: Ratings, progress: bool = False) -> Factors:
     report = PrivacyReport(released=("mean", "user_bias", "item_bias"), method="non-private", coverage="none",
                            notes="the training mean and the ridge biases, computed without noise")
     return Factors(*no_factors(train), b, c, mu, history, privacy=report)
+
+# %% ../nbs/09_baselines.ipynb #6c0591cb
+Biases.card = Card(notebook="09_baselines", role="baseline", at=13, rows=(Contender("bias", "bias", "none"),))
 
 # %% ../nbs/09_baselines.ipynb #50afec5d
 @njit(cache=True)
@@ -209,6 +219,14 @@ class DPBiases(Mechanism):
                  mean: Float() | None = None,    # public offset m0 (None: the midpoint of the rating scale)
                  seed: Int(0) | None = None):    # None: secret, from the OS; a number: trimming and noise reproducible (public)
         pass
+
+# %% ../nbs/09_baselines.ipynb #2b8e59c4
+DPBiases.card = Card(notebook="09_baselines", role="contender", unit="user", guaranteed={}, at=1,
+                     rows=(Contender("dp-bias", "dp-bias", "user", {}, grid_of(max_ratings=(50, 100), reg=(5.0, 20.0))),),
+                     user_rows=(Contender("dp-bias", "dp-bias", "user", {"max_ratings": 50}, grid_of(reg=(5.0, 20.0))),),
+                     audit=dict(params=dict(epsilon=1.0, max_ratings=2), control="gaussian", fixed_rows=(1,), runs=8000,
+                                statistic="direction", canaries=1_000_000, canary_params=dict(max_ratings=1)),
+                     audits=((9, "dp-bias", {}),))
 
 # %% ../nbs/09_baselines.ipynb #cb9eadea
 @patch

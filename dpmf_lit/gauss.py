@@ -19,6 +19,7 @@ from .privacy import (Unit, PrivacyAccountant, classic_noise_multiplier, dp_acco
                       gaussian_epsilon_exact, gaussian_epsilon_rdp)
 from . import checks
 from .checks import Bool, Choice, Float, Fraction, Int, Positive
+from .cards import Card, Contender, grid_of
 
 # %% auto #0
 __all__ = ['VARIANTS', 'CLIPS', 'ACCOUNTING', 'mugdho_imtiaz_slice', 'clip_rows_kernel', 'gradients_kernel', 'update_kernel',
@@ -170,6 +171,19 @@ class GaussMF(Mechanism):
                  unit: Unit("rating") = "rating"):   # per rating only (the report adds the per-user value by group privacy)
         "A target `epsilon` sets step_epsilon (`_target`); the base class checks and stores each parameter."
         if epsilon is not None: self._target(epsilon)
+
+# %% ../nbs/06_gaussian_mf.ipynb #69e7d4f1
+GaussMF.card = Card(paper="gauss", notebook="06_gaussian_mf",
+                    citation="Mugdho, Imtiaz. *Privacy-Preserving Matrix Factorization for Recommendation Systems using "
+                             "Gaussian Mechanism*",
+                    role="contender", unit="rating", guaranteed={"variant": "both"}, at=5, paper_at=4,
+                    rows=(Contender("gauss (both)", "gauss", "rating", {"variant": "both"}, grid_of(epochs=(30, 100, 300))),
+                          Contender("gauss (paper)", "gauss", "none")),
+                    paper_rows=(("gauss (paper)", None, None),),
+                    audit=dict(params=dict(d=1, epochs=2, lr=1.0, step_epsilon=0.1), control="rating_range", n_users=1,
+                               n_items=1, fixed=(0,), runs=10_000),
+                    audits=((5, "gauss paper, J=2, μ=1", {}), (6, "gauss paper, J=5, μ=0.3", dict(epochs=5, lr=0.3)),
+                            (7, "gauss both", dict(variant="both", step_epsilon=0.9, epochs=1))))
 
 # %% ../nbs/06_gaussian_mf.ipynb #505cabd8
 @patch

@@ -16,6 +16,7 @@ from .mf import PMF, FittedModel, Mechanism, PrivacyReport, register_mechanism, 
 from .kernels import prefetch_row
 from .checks import check_int, check_positive
 from .privacy import Unit, l2_laplace_noise, laplace_noise
+from .cards import Card, Contender, grid_of
 
 # %% auto #0
 __all__ = ['NOISES', 'item_index', 'item_degrees', 'item_normal_equations', 'solve_item_factors', 'clip_rows',
@@ -194,6 +195,13 @@ class HuaDPMF(Mechanism):
     def _pmf(self) -> PMF:
         return self.nested(PMF, self._PMF_NAMES, d=self.d, epochs=self.pmf_epochs, lr=self.pmf_lr, reg=self.pmf_reg,
                            solver=self.pmf_solver, bias=False, threads=self.threads, seed=self.seed)
+
+# %% ../nbs/03_hua_dpmf.ipynb #4b77cdea
+HuaDPMF.card = Card(paper="hua", citation="Hua, Xia, Zhong. *Differentially Private Matrix Factorization*. IJCAI 2015", notebook="03_hua_dpmf",
+                    role="contender", unit="rating", guaranteed={}, at=3, paper_at=1,
+                    rows=(Contender("hua", "hua", "rating", {}, grid_of(d=(2, 10))),), paper_rows=(("hua", "rating", 1.0),),
+                    audit=dict(params=dict(d=1), control="noise_multiplier", given="U", exact="objective", runs=10_000),
+                    audits=((1, "hua", {}),))
 
 # %% ../nbs/03_hua_dpmf.ipynb #05542307
 @patch

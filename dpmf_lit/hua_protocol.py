@@ -21,6 +21,7 @@ from .checks import Choice, Float, Int, Positive, check_int, check_positive
 from .privacy import Unit, gaussian_epsilon
 from .fixed_point import FixedPoint
 from .hua import clip_rows, gd_item_factors, gd_step_sizes, item_degrees, rating_sensitivity, share_scale
+from .cards import Card, Contender, grid_of
 
 # %% auto #0
 __all__ = ['HEADER_BYTES', 'noise_shares', 'conditional_mu', 'recommender_view_epsilon', 'Batch', 'Network', 'Users',
@@ -410,6 +411,13 @@ class HuaProtocol(Mechanism):
         except ValueError as e:
             raise ValueError(f"encoding_bound={checks.show(self.encoding_bound)} with scale_bits={self.scale_bits} and modulus_bits="
                              f"{self.modulus_bits}: {e}; lower encoding_bound or scale_bits, or raise modulus_bits") from None
+
+# %% ../nbs/04_hua_protocol.ipynb #aefe962e
+HuaProtocol.card = Card(paper="hua", citation="Hua, Xia, Zhong. *Differentially Private Matrix Factorization*. IJCAI 2015", notebook="04_hua_protocol",
+                        role="contender", unit="rating", guaranteed={}, at=3.5, paper_at=1,
+                        not_compared="the paper's release without a trusted curator; the `hua` row stands for the paper's accuracy",
+                        audit=dict(params=dict(d=1), control="epsilon", n_users=6, n_items=3, raters=2, given="U", runs=400),
+                        audits=((2, "hua-protocol", {}),))
 
 # %% ../nbs/04_hua_protocol.ipynb #c033f02c
 @patch

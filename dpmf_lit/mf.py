@@ -20,6 +20,7 @@ from .kernels import (PREFETCH_AHEAD, SGDBlocks, als_sweep, gd_step, mf_gradient
                               prefetch_item, prefetch_row, prepare_sgd_blocks, sgd_epoch, sgd_epoch_parallel, to_csr)
 from .mechanism import (MECHANISMS, Factors, FittedModel, Mechanism, PrivacyReport,  # noqa: F401
                                 get_mechanism, mechanisms, register_mechanism)
+from .cards import Card, Contender, grid_of
 
 # %% auto #0
 __all__ = ['L2_FALLBACK', 'MIN_VISIT', 'rmse', 'mae', 'error_cdf', 'mean_error_increase', 'error_summary', 'evaluate', 'PMF',
@@ -101,6 +102,9 @@ class PMF(Mechanism):
         "The base class has checked and stored each parameter; ALS also needs reg > 0."
         if self.solver == "als" and self.reg == 0:
             raise ValueError(f"reg={show(reg)} must be > 0 for solver='als' (the normal equations need it)")
+
+# %% ../nbs/01_mf.ipynb #3c3c68f4
+PMF.card = Card(notebook="01_mf", role="baseline", at=14, rows=(Contender("pmf", "pmf", "none"),))
 
 # %% ../nbs/01_mf.ipynb #1da94c04
 @patch

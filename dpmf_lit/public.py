@@ -17,6 +17,7 @@ from .mechanism import Factors, Mechanism, register_mechanism
 from .privacy import NEIGHBOURING, PrivacyAccountant, PrivacyReport, Unit, gaussian_epsilon, gaussian_release, gaussian_sigma_analytic
 from .hua import clip_rows
 from .baselines import DPBiases, bias_sensitivity, item_offsets, public_mean, release_item_totals
+from .cards import Card, Contender, grid_of
 
 # %% auto #0
 __all__ = ['PUBLIC_SCOPE', 'public_features', 'local_ridge', 'UserFeatures', 'split_multipliers', 'release_prior',
@@ -63,6 +64,10 @@ def _fit(self: UserFeatures, train: Ratings, progress: bool = False) -> Factors:
                            notes=f"r̂_ij = m0 + a_i + x_jᵀw_i with the public m0 = {m0:g} and {X.shape[1]} public item features ({source})")
     return Factors(W, X, a, np.zeros(train.n_items, np.float32), m0, privacy=report, params={"mean": m0})
 
+# %% ../nbs/13_public_features.ipynb #89c48476
+UserFeatures.card = Card(notebook="13_public_features", role="floor", at=11,
+                         rows=(Contender("user-features", "user-features", "none", {}, grid_of(reg=(3.0, 10.0, 30.0))),))
+
 # %% ../nbs/13_public_features.ipynb #e13c0021
 def split_multipliers(epsilon: float, delta: float, share: float) -> tuple[float, float]:
     "(z1, z2): noise multipliers of two Gaussian releases with 1/z1² + 1/z2² = μ², z2 taking `share` of μ² (z2 = inf when share = 0)."
@@ -97,6 +102,28 @@ class DPBiasFeatures(Mechanism):
                  mean: Float() | None = None,    # public offset m0 (None: the midpoint of the rating scale)
                  seed: Int(0) | None = None):    # None: secret, from the OS; a number: trimming and noise reproducible (public)
         pass
+
+# %% ../nbs/13_public_features.ipynb #0b4a3564
+DPBiasFeatures.card = Card(paper="public", notebook="13_public_features",
+                           citation="Curmei, Krichene, Zhang, Sundararajan. *Private Matrix Factorization with Public Item Features*. "
+                                    "RecSys 2023",
+                           role="contender", unit="user", guaranteed={"prior_share": 0.2}, at=8, paper_at=7,
+                           rows=(Contender("dp-bias + features", "dp-bias-features", "user", {},
+                                           grid_of(max_ratings=(50, 100), reg=(5.0, 20.0))),
+                                 Contender("dp-bias + features + prior (ours)", "dp-bias-features", "user", {},
+                                           grid_of(max_ratings=(50, 100), prior_share=(0.1, 0.3))),
+                                 Contender("dpals + CMF (Curmei et al.)", "dpals", "user", {"d": 5, "max_norm": 0.3},
+                                           grid_of(reg=(100.0, 1000.0), count_share=(0.3, 0.8), feature_weight=(100.0, 1000.0))),
+                                 Contender("dpals + local features, α tuned (ours)", "dpals", "user",
+                                           {"d": 2, "local_features": True, "reg_local": 10.0},
+                                           grid_of(reg=(100.0, 1000.0), count_share=(0.3, 0.8), feature_weight=(0.0, 1000.0)))),
+                           user_rows=(Contender("dp-bias + features", "dp-bias-features", "user", {"max_ratings": 50},
+                                                grid_of(reg=(5.0, 20.0))),),
+                           paper_rows=(("dpals + CMF (Curmei et al.)", "user", 1.0),),
+                           audit=dict(params=dict(epsilon=1.0, max_ratings=2, prior_share=0.5), control="gaussian", fixed_rows=(1,),
+                                      runs=8000, statistic="direction", canaries=1_000_000,
+                                      canary_params=dict(max_ratings=1, prior_share=0.0)),
+                           audits=((12, "dp-bias-features", {}),), quoted=False)
 
 # %% ../nbs/13_public_features.ipynb #e13c0028
 @patch

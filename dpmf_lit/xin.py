@@ -17,6 +17,7 @@ from .checks import Choice, Float, Int, Positive
 from .privacy import Unit
 from .data import Ratings
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
+from .cards import Card, Contender, grid_of
 
 # %% auto #0
 __all__ = ['MODES', 'WEIGHTS', 'user_rows', 'local_factor', 'eq4_direct', 'e_step', 'm_step', 'm_step_lowrank', 'm_step_top',
@@ -244,6 +245,16 @@ class XinPublicPrivate(Mechanism):
                  seed: Int(0) | None = None,  # None: secret, from the OS; else the EM start, public draw, responses, validation split
                  unit: Unit("user") = "user"):  # per (private) user: 'laplace' and 'sslp' are local DP of a user's whole vector
         "Nothing to add: the base class checks and stores each parameter."
+
+# %% ../nbs/08_public_private.ipynb #2e4d3896
+XinPublicPrivate.card = Card(paper="xin", citation="Xin, Jaakkola. *Controlling privacy in recommender systems*. NIPS 2014",
+                             notebook="08_public_private", role="no guarantee", unit="user", guaranteed={"mode": "sslp"}, at=7,
+                             paper_at=5, rows=(Contender("xin (local)", "xin", "none"),), paper_rows=(("xin (local)", None, None),),
+                             audit=dict(params=dict(d=1, mode="sslp", epochs=5), control="epsilon", fixed=(0,), fixed_rows=(2, 3),
+                                        note="the released V is blind to the sign of a private user's response; the local guarantee "
+                                             "lives in the responses, so an audit that could catch a control must read each private "
+                                             "user's response, not V"),
+                             audits=((11, "xin sslp", {}),))
 
 # %% ../nbs/08_public_private.ipynb #09ac4385
 @patch
