@@ -12,6 +12,7 @@ import numpy as np
 from tqdm.auto import tqdm
 from .checks import check_bool, check_fraction, check_int, show
 from .data import Ratings
+from .cards import audit_batch, audit_settings, paper_audits
 from .mechanism import Mechanism, get_mechanism
 from .privacy import gaussian_epsilon, gaussian_sigma_analytic
 from .audit_bounds import *
@@ -195,28 +196,8 @@ class AuditSetting:
     canary_release: tuple = ("item_bias",)  # the released per-item arrays scored for each canary
     note: str = ""               # why the audit is inconclusive and what it would take
 
-AUDITS = {
-    "hua": AuditSetting(dict(d=1), "noise_multiplier", given="U", exact="objective", runs=10_000),
-    "hua-protocol": AuditSetting(dict(d=1), "epsilon", n_users=6, n_items=3, raters=2, given="U", runs=400),
-    "dp-pmf": AuditSetting(dict(d=1, epsilon=1.0), "epsilon", scale=(0.0, 5.0), given="U", exact="objective", runs=10_000),
-    "pdp-pmf": AuditSetting(dict(d=1, f_c=0.0, f_m=0.0, epsilon_l=1.0, dropped="zero", epsilon=1.0), "Delta", scale=(0.0, 5.0),
-                            fixed_rows=(2,), given="U", exact="objective", runs=10_000),
-    "gauss": AuditSetting(dict(d=1, epochs=2, lr=1.0, step_epsilon=0.1), "rating_range", n_users=1, n_items=1, fixed=(0,),
-                          runs=10_000),
-    "sgld": AuditSetting(dict(d=1, epochs=5, max_ratings=2), "epsilon", n_users=2, fixed=(2, 3), fixed_rows=(1,), runs=1500, factors=(2, 4, 16),
-                         note="no test's observed rate ratio passes e^ε on the declared pair, so no run count catches the 2× control "
-                              "here (§7.1); the premise itself is read instead: the likelihood an exact sample would be drawn from "
-                              "(12b_privacy_meter_others) and the chain against the exact posterior (07a_sgld_checks)"),
-    "dp-bias": AuditSetting(dict(epsilon=1.0, max_ratings=2), "gaussian", fixed_rows=(1,), runs=8000, statistic="direction",
-                            canaries=1_000_000, canary_params=dict(max_ratings=1)),
-    "dp-bias-features": AuditSetting(dict(epsilon=1.0, max_ratings=2, prior_share=0.5), "gaussian", fixed_rows=(1,), runs=8000,
-                                     statistic="direction", canaries=1_000_000, canary_params=dict(max_ratings=1, prior_share=0.0)),
-    "dpals": AuditSetting(dict(d=1, epochs=1, max_ratings=2, epsilon=1.0), "gaussian", fixed=(4,), fixed_rows=(1, 3),
-                      runs=8000, statistic="direction", canaries=1_000_000, canary_params=dict(max_ratings=1, count_share=0.99)),
-    "xin": AuditSetting(dict(d=1, mode="sslp", epochs=5), "epsilon", fixed=(0,), fixed_rows=(2, 3),
-                        note="the released V is blind to the sign of a private user's response; the local guarantee lives in the "
-                             "responses, so an audit that could catch a control must read each private user's response, not V"),
-}
+AUDITS = {name: AuditSetting(**fields) for name, fields in audit_settings().items()}   # from the cards
+
 
 # %% ../nbs/12_audit.ipynb #a5e2dd96
 @dataclass
@@ -395,12 +376,7 @@ def audit(mechanism: str,                 # a registered mechanism's name
                        setting.note)
 
 # %% ../nbs/12_audit.ipynb #216fc0d6
-BATCH = (("hua", "hua", {}), ("hua-protocol", "hua-protocol", {}), ("dp-pmf", "dp-pmf", {}), ("pdp-pmf", "pdp-pmf", {}),
-         ("gauss paper, J=2, μ=1", "gauss", {}), ("gauss paper, J=5, μ=0.3", "gauss", dict(epochs=5, lr=0.3)),
-         ("gauss both", "gauss", dict(variant="both", step_epsilon=0.9, epochs=1)),
-         ("sgld", "sgld", {}), ("dp-bias", "dp-bias", {}), ("dpals", "dpals", {}), ("xin sslp", "xin", {}),
-         ("dp-bias-features", "dp-bias-features", {}),
-         ("pdp-pmf removed, value change", "pdp-pmf", dict(dropped="remove", epsilon=None, threshold=1.0)))
+BATCH = audit_batch()   # every card's audit rows (01d_cards), in their places
 
 def audit_all(rows=BATCH, scale: float = 1.0, seed: int = 0, jobs: int = 1, progress: bool = False) -> dict:
     "{label: AuditResult.record()} for the batch's rows, each at its setting's runs times `scale` (its canaries times min(scale, 1), at least 10,000)."
@@ -448,8 +424,7 @@ def figure_audit(rec: dict):
     return fig
 
 # %% ../nbs/12_audit.ipynb #da577223
-PAPER_AUDITS = {"hua": ("hua", "hua-protocol"), "pdp": ("dp-pmf", "pdp-pmf", "pdp-pmf removed, value change"), "sgld": ("sgld",),
-                "gauss": ("gauss paper, J=2, μ=1", "gauss paper, J=5, μ=0.3", "gauss both"), "xin": ("xin sslp",), "dpals": ("dpals",)}
+PAPER_AUDITS = paper_audits()   # {paper key: the audits its row quotes}, from the cards
 
 def audited_clause(rec: dict, key: str) -> str:
     "The papers table's '**Audited:** …' sentence for paper `key`, read from the audit record."

@@ -7,10 +7,12 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/compare.html.md"""
 # %% ../nbs/11_compare.ipynb #e688e13a
 from __future__ import annotations
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
+from .cards import (Contender, baselines, caveats, contenders, grid_of as _grid, no_guarantee, paper_rows,
+                             release_nothing, user_contenders)
 from .checks import check_choice, check_int, show
 from .compare_stats import SLICES, margin_interval, popularity_slices, public_standin, slice_errors, verdict
 from .data import Ratings, random_split, synthetic
@@ -19,10 +21,9 @@ from .mf import evaluate
 
 # %% auto #0
 __all__ = ['CONTENDERS', 'RELEASE_NOTHING', 'BASELINES', 'NO_GUARANTEE', 'NOT_AT_A_TARGET', 'USER_CONTENDERS', 'UNITS',
-           'PAPER_ROWS', 'INDEX_HEADING', 'three_way_split', 'Contender', 'pick', 'run_contender', 'floor_row',
-           'compare_epsilons', 'compare_users', 'panel', 'beats_nothing_from', 'comparison_record', 'comparison_table',
-           'covered', 'answer', 'ablation_table', 'slice_table', 'tuning_table', 'paper_verdicts', 'index_block',
-           'sync_index']
+           'PAPER_ROWS', 'INDEX_HEADING', 'three_way_split', 'pick', 'run_contender', 'floor_row', 'compare_epsilons',
+           'compare_users', 'panel', 'beats_nothing_from', 'comparison_record', 'comparison_table', 'covered', 'answer',
+           'ablation_table', 'slice_table', 'tuning_table', 'paper_verdicts', 'index_block', 'sync_index']
 
 # %% ../nbs/11_compare.ipynb #a8937126
 def three_way_split(ratings: Ratings, seed: int = 0) -> tuple[Ratings, Ratings, Ratings]:
@@ -31,53 +32,12 @@ def three_way_split(ratings: Ratings, seed: int = 0) -> tuple[Ratings, Ratings, 
     train, valid = random_split(rest, test_fraction=1 / 9, seed=seed + 1)
     return train, valid, test
 
-# %% ../nbs/11_compare.ipynb #dbbb1f10
-@dataclass
-class Contender:
-    "A mechanism in the comparison: its fixed parameters, the grid tuned on validation, the unit of its ε."
-    label: str                       # how figures and tables name it
-    mechanism: str                   # its registered name
-    unit: str                        # 'user' or 'rating': what its epsilon is for; 'none': no epsilon (a baseline)
-    fixed: dict = field(default_factory=dict)
-    grid: tuple = ({},)              # parameter sets tried on validation at each ε
-
-    def build(self, epsilon: float | None, seed: int | None, **params):
-        "The mechanism with the fixed parameters, `params`, the target ε (when it takes one) and `seed` (when it has one)."
-        cls = get_mechanism(self.mechanism)
-        kw = {**self.fixed, **params}
-        if epsilon is not None: kw["epsilon"] = epsilon
-        if "seed" in cls.parameter_names(): kw["seed"] = seed
-        return cls(**kw)
-
 # %% ../nbs/11_compare.ipynb #d7aca89a
-def _grid(**axes) -> tuple:
-    "Every combination of the values of `axes` (a dict per point)."
-    points = [{}]
-    for k, values in axes.items(): points = [{**p, k: v} for p in points for v in values]
-    return tuple(points)
-
-CONTENDERS = (
-    Contender("dpals", "dpals", "user", {}, _grid(reg=(100.0, 1000.0), count_share=(0.3, 0.8), d=(2, 5), max_norm=(0.1, 0.3))),
-    Contender("dp-bias", "dp-bias", "user", {}, _grid(max_ratings=(50, 100), reg=(5.0, 20.0))),
-    Contender("sgld", "sgld", "user", {}, _grid(max_ratings=(50, 100))),
-    Contender("hua", "hua", "rating", {}, _grid(d=(2, 10))),
-    Contender("dp-pmf (paper's λ_v)", "dp-pmf", "rating", {}),
-    Contender("dp-pmf (λ_v tuned)", "dp-pmf", "rating", {}, _grid(reg_v=(1.0, 10.0, 100.0))),
-    Contender("gauss (both)", "gauss", "rating", {"variant": "both"}, _grid(epochs=(30, 100, 300))),
-    # with the public item features (13_public_features): (a), (b) Curmei et al. 2023, and ours
-    Contender("dp-bias + features", "dp-bias-features", "user", {}, _grid(max_ratings=(50, 100), reg=(5.0, 20.0))),
-    Contender("dp-bias + features + prior (ours)", "dp-bias-features", "user", {}, _grid(max_ratings=(50, 100), prior_share=(0.1, 0.3))),
-    Contender("dpals + CMF (Curmei et al.)", "dpals", "user", {"d": 5, "max_norm": 0.3},
-              _grid(reg=(100.0, 1000.0), count_share=(0.3, 0.8), feature_weight=(100.0, 1000.0))),
-    Contender("dpals + local features, α tuned (ours)", "dpals", "user", {"d": 2, "local_features": True, "reg_local": 10.0},
-              _grid(reg=(100.0, 1000.0), count_share=(0.3, 0.8), feature_weight=(0.0, 1000.0))),
-)
-RELEASE_NOTHING = ("user-mean", "user-features")   # (0, 0) per user: the floor is the better of them on validation
-BASELINES = (Contender("user-mean", "user-mean", "none"), Contender("user-features", "user-features", "none", {}, _grid(reg=(3.0, 10.0, 30.0))),
-             Contender("global-mean", "global-mean", "none"), Contender("bias", "bias", "none"), Contender("pmf", "pmf", "none"))
-NO_GUARANTEE = (Contender("gauss (paper)", "gauss", "none"), Contender("pdp-pmf (removed)", "pdp-pmf", "none"),
-                Contender("xin (local)", "xin", "none"))
-NOT_AT_A_TARGET = {"pdp-pmf (removed)": "none for its paper's neighbour (a value change only, at its own ε)"}   # what else their reports say
+CONTENDERS = contenders()            # the cards' rows with a unit, in the cards' order
+RELEASE_NOTHING = release_nothing()  # (0, 0) per user: the floor is the better of them on validation
+BASELINES = baselines()              # the floor first, then the non-private baselines
+NO_GUARANTEE = no_guarantee()        # the cards' rows without a target ε
+NOT_AT_A_TARGET = caveats()          # what else their reports say
 
 # %% ../nbs/11_compare.ipynb #7b9f5094
 def _zero_private_factors(model):
@@ -198,12 +158,7 @@ def compare_epsilons(ratings: Ratings, epsilons=(0.1, 1.0, 10.0), seeds=(0, 1, 2
     return df
 
 # %% ../nbs/11_compare.ipynb #29eeecc2
-USER_CONTENDERS = (
-    Contender("dpals", "dpals", "user", {"d": 5, "max_norm": 0.3, "max_ratings": 50}, _grid(reg=(100.0, 1000.0), count_share=(0.3, 0.8))),
-    Contender("dp-bias", "dp-bias", "user", {"max_ratings": 50}, _grid(reg=(5.0, 20.0))),
-    Contender("sgld", "sgld", "user", {}),
-    Contender("dp-bias + features", "dp-bias-features", "user", {"max_ratings": 50}, _grid(reg=(5.0, 20.0))),
-)
+USER_CONTENDERS = user_contenders()   # the cards' rows in the comparison over users
 
 def compare_users(sizes=(1000, 4000, 16000), epsilon: float = 1.0, seeds=(0, 1, 2), ratings_per_user: int = 40,
                   n_items: int = 1000, rank: int = 5, contenders=USER_CONTENDERS, progress: bool = True) -> pd.DataFrame:
@@ -398,10 +353,7 @@ def tuning_table(rec: dict, unit: str = "user", epsilons=(0.1, 1.0, 10.0)) -> st
     return "\n".join(lines)
 
 # %% ../nbs/11_compare.ipynb #1d617297
-PAPER_ROWS = (   # (paper key, contender label or no-guarantee label, unit, ε at the paper's setting or None)
-    ("hua", "hua", "rating", 1.0), ("pdp", "dp-pmf (paper's λ_v)", "rating", 0.1), ("pdp", "pdp-pmf (removed)", None, None),
-    ("sgld", "sgld", "user", 1.0), ("gauss", "gauss (paper)", None, None), ("xin", "xin (local)", None, None),
-    ("dpals", "dpals", "user", 1.0), ("public", "dpals + CMF (Curmei et al.)", "user", 1.0))
+PAPER_ROWS = paper_rows()   # (paper key, contender label or no-guarantee label, unit, ε at the paper's setting or None)
 
 def paper_verdicts(rec: dict) -> str:
     "A markdown table: each paper's mechanism at its paper's setting against releasing nothing, with the interval of the margin, read from the record."

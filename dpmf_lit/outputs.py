@@ -13,19 +13,21 @@ from .experiment import atomic_write
 from .provenance import (_locked, _sha, git_revision, load_manifest, load_results, notebook_fingerprint,
                                  package_dir, source_hashes, versions)
 from .settings import Settings, load_settings
+from .cards import notebooks
 
 # %% auto #0
-__all__ = ['PAPER_NOTEBOOKS', 'OUTPUTS_FILE', 'KERNEL_ENV', 'REFRESH', 'directives', 'runs', 'storable', 'nbdev_config',
-           'paper_notebooks', 'execute', 'with_outputs', 'outputs_sha256', 'directives_sha256', 'quoted_entries',
-           'notebook_inputs', 'stamps_path', 'load_stamps', 'stale_reason', 'store', 'store_outputs', 'outputs_status',
-           'format_outputs_status']
+__all__ = ['STUDY_NOTEBOOKS', 'PAPER_NOTEBOOKS', 'OUTPUTS_FILE', 'KERNEL_ENV', 'REFRESH', 'directives', 'runs', 'storable',
+           'nbdev_config', 'paper_notebooks', 'execute', 'with_outputs', 'outputs_sha256', 'directives_sha256',
+           'quoted_entries', 'notebook_inputs', 'stamps_path', 'load_stamps', 'stale_reason', 'store', 'store_outputs',
+           'outputs_status', 'format_outputs_status']
 
 # %% ../nbs/92_stored_outputs.ipynb #4d5716ad
-PAPER_NOTEBOOKS = ("00f_stats", "00h_grouping", "01_mf", "01a_kernels", "01b_mechanism", "01c_vocabulary", "02_privacy", "03_hua_dpmf", "04_hua_protocol",
-                   "04a_hua_attacks", "04b_fixed_point",
-                   "05_pdp_pmf", "06_gaussian_mf", "07_sgld", "07a_sgld_checks", "08_public_private", "09_baselines", "10_dpals", "11_compare", "11a_compare_stats", "12_audit_bounds", "12_audit",
-                   "12a_privacy_meter", "12b_privacy_meter_others", "12c_privacy_mutants",
-                   "13_public_features", "91c_bench_mechanisms")
+STUDY_NOTEBOOKS = ("00f_stats", "00h_grouping", "01a_kernels", "01b_mechanism", "01c_vocabulary", "02_privacy",
+                   "04a_hua_attacks", "04b_fixed_point", "07a_sgld_checks", "11_compare", "11a_compare_stats",
+                   "12_audit_bounds", "12_audit", "12a_privacy_meter", "12b_privacy_meter_others", "12c_privacy_mutants",
+                   "91c_bench_mechanisms")   # the paper notebooks that are no mechanism's (in their order)
+# with each card's notebook (01d_cards), by number; the study notebooks of one number keep their order
+PAPER_NOTEBOOKS = tuple(sorted(dict.fromkeys(STUDY_NOTEBOOKS + notebooks()), key=lambda n: n.split("_")[0]))
 OUTPUTS_FILE = "outputs.json"    # the stamps of the stored outputs, beside the results file
 KERNEL_ENV = {"TQDM_DISABLE": "1", "PYTHONHASHSEED": "0"}   # no progress bars; str hashing (set order) fixed
 REFRESH = "make outputs"         # the command that refreshes them (dpmf reproduce --outputs)

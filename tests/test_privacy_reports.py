@@ -6,17 +6,14 @@ import json, math
 import numpy as np
 import pytest
 
+from dpmf_lit.cards import targets, units
 from dpmf_lit.mechanism import mechanisms
 from dpmf_lit.testing import small_split
 from test_cli import SMALL, dpmf
 
 MECHANISMS = mechanisms()
-# the configuration under which each mechanism has a guarantee to calibrate (others: no guarantee, say so below)
-TARGETS = {"hua": {}, "hua-protocol": {}, "dp-pmf": {}, "pdp-pmf": {"dropped": "zero"}, "gauss": {"variant": "both"},
-           "sgld": {}, "xin": {"mode": "sslp"}, "dp-bias": {}, "dpals": {},
-           "dp-bias-features": {"prior_share": 0.2}}
-UNITS = {"hua": "rating", "hua-protocol": "rating", "dp-pmf": "rating", "pdp-pmf": "rating", "gauss": "rating",
-         "sgld": "user", "xin": "user", "dp-bias": "user", "dpals": "user", "dp-bias-features": "user"}
+# the configuration under which each mechanism has a guarantee to calibrate, and its unit: read from the cards (01d_cards)
+TARGETS, UNITS = targets(), units()
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +27,7 @@ def build(name, **kw):
 
 
 def test_every_mechanism_with_an_epsilon_is_calibrated_here():
-    "A new mechanism with an `epsilon` parameter must join TARGETS (or the test names it)."
+    "A new mechanism with an `epsilon` parameter must state its guaranteed configuration on its card (or the test names it)."
     with_eps = {n for n, c in MECHANISMS.items() if "epsilon" in c.parameter_names()}
     assert with_eps <= set(TARGETS), f"mechanisms with epsilon and no target test: {sorted(with_eps - set(TARGETS))}"
 
