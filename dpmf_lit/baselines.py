@@ -222,11 +222,11 @@ class DPBiases(Mechanism):
 
 # %% ../nbs/09_baselines.ipynb #2b8e59c4
 DPBiases.card = Card(notebook="09_baselines", role="contender", unit="user", guaranteed={}, at=1,
-                     rows=(Contender("dp-bias", "dp-bias", "user", {}, grid_of(max_ratings=(50, 100), reg=(5.0, 20.0))),),
-                     user_rows=(Contender("dp-bias", "dp-bias", "user", {"max_ratings": 50}, grid_of(reg=(5.0, 20.0))),),
-                     audit=dict(params=dict(epsilon=1.0, max_ratings=2), control="gaussian", fixed_rows=(1,), runs=8000,
-                                statistic="direction", canaries=1_000_000, canary_params=dict(max_ratings=1)),
-                     audits=((9, "dp-bias", {}),))
+            rows=(Contender("dp-bias", "dp-bias", "user", {}, grid_of(max_ratings=(50, 100), reg=(5.0, 20.0))),),
+            user_rows=(Contender("dp-bias", "dp-bias", "user", {"max_ratings": 50}, grid_of(reg=(5.0, 20.0))),),
+            audit=dict(params=dict(epsilon=1.0, max_ratings=2), control="gaussian", fixed_rows=(1,), runs=8000,
+                       statistic="direction", canaries=1_000_000, canary_params=dict(max_ratings=1)),
+            audits=((9, "dp-bias", {}),))
 
 # %% ../nbs/09_baselines.ipynb #cb9eadea
 @patch

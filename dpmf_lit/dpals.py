@@ -133,18 +133,18 @@ class DPALS(Mechanism):
 
 # %% ../nbs/10_dpals.ipynb #d78c02fc
 DPALS.card = Card(paper="dpals", notebook="10_dpals",
-                  citation="Chien, Jain, Krichene, Rendle, Song, Thakurta, Zhang. *Private Alternating Least Squares*. "
-                           "ICML 2021",
-                  role="contender", unit="user", guaranteed={}, at=0, paper_at=6,
-                  rows=(Contender("dpals", "dpals", "user", {},
-                                  grid_of(reg=(100.0, 1000.0), count_share=(0.3, 0.8), d=(2, 5), max_norm=(0.1, 0.3))),),
-                  user_rows=(Contender("dpals", "dpals", "user", {"d": 5, "max_norm": 0.3, "max_ratings": 50},
-                                       grid_of(reg=(100.0, 1000.0), count_share=(0.3, 0.8))),),
-                  paper_rows=(("dpals", "user", 1.0),),
-                  audit=dict(params=dict(d=1, epochs=1, max_ratings=2, epsilon=1.0), control="gaussian", fixed=(4,),
-                             fixed_rows=(1, 3), runs=8000, statistic="direction", canaries=1_000_000,
-                             canary_params=dict(max_ratings=1, count_share=0.99)),
-                  audits=((10, "dpals", {}),))
+            citation="Chien, Jain, Krichene, Rendle, Song, Thakurta, Zhang. *Private Alternating Least Squares*. "
+                     "ICML 2021",
+            role="contender", unit="user", guaranteed={}, at=0, paper_at=6,
+            rows=(Contender("dpals", "dpals", "user", {},
+                            grid_of(reg=(100.0, 1000.0), count_share=(0.3, 0.8), d=(2, 5), max_norm=(0.1, 0.3))),),
+            user_rows=(Contender("dpals", "dpals", "user", {"d": 5, "max_norm": 0.3, "max_ratings": 50},
+                                 grid_of(reg=(100.0, 1000.0), count_share=(0.3, 0.8))),),
+            paper_rows=(("dpals", "user", 1.0),),
+            audit=dict(params=dict(d=1, epochs=1, max_ratings=2, epsilon=1.0), control="gaussian", fixed=(4,),
+                       fixed_rows=(1, 3), runs=8000, statistic="direction", canaries=1_000_000,
+                       canary_params=dict(max_ratings=1, count_share=0.99)),
+            audits=((10, "dpals", {}),))
 
 # %% ../nbs/10_dpals.ipynb #daa64f5b
 @patch

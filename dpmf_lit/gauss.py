@@ -174,16 +174,16 @@ class GaussMF(Mechanism):
 
 # %% ../nbs/06_gaussian_mf.ipynb #69e7d4f1
 GaussMF.card = Card(paper="gauss", notebook="06_gaussian_mf",
-                    citation="Mugdho, Imtiaz. *Privacy-Preserving Matrix Factorization for Recommendation Systems using "
-                             "Gaussian Mechanism*",
-                    role="contender", unit="rating", guaranteed={"variant": "both"}, at=5, paper_at=4,
-                    rows=(Contender("gauss (both)", "gauss", "rating", {"variant": "both"}, grid_of(epochs=(30, 100, 300))),
-                          Contender("gauss (paper)", "gauss", "none")),
-                    paper_rows=(("gauss (paper)", None, None),),
-                    audit=dict(params=dict(d=1, epochs=2, lr=1.0, step_epsilon=0.1), control="rating_range", n_users=1,
-                               n_items=1, fixed=(0,), runs=10_000),
-                    audits=((5, "gauss paper, J=2, μ=1", {}), (6, "gauss paper, J=5, μ=0.3", dict(epochs=5, lr=0.3)),
-                            (7, "gauss both", dict(variant="both", step_epsilon=0.9, epochs=1))))
+            citation="Mugdho, Imtiaz. *Privacy-Preserving Matrix Factorization for Recommendation Systems using "
+                     "Gaussian Mechanism*",
+            role="contender", unit="rating", guaranteed={"variant": "both"}, at=5, paper_at=4,
+            rows=(Contender("gauss (both)", "gauss", "rating", {"variant": "both"}, grid_of(epochs=(30, 100, 300))),
+                  Contender("gauss (paper)", "gauss", "none")),
+            paper_rows=(("gauss (paper)", None, None),),
+            audit=dict(params=dict(d=1, epochs=2, lr=1.0, step_epsilon=0.1), control="rating_range", n_users=1,
+                       n_items=1, fixed=(0,), runs=10_000),
+            audits=((5, "gauss paper, J=2, μ=1", {}), (6, "gauss paper, J=5, μ=0.3", dict(epochs=5, lr=0.3)),
+                    (7, "gauss both", dict(variant="both", step_epsilon=0.9, epochs=1))))
 
 # %% ../nbs/06_gaussian_mf.ipynb #505cabd8
 @patch

@@ -197,11 +197,12 @@ class HuaDPMF(Mechanism):
                            solver=self.pmf_solver, bias=False, threads=self.threads, seed=self.seed)
 
 # %% ../nbs/03_hua_dpmf.ipynb #4b77cdea
-HuaDPMF.card = Card(paper="hua", citation="Hua, Xia, Zhong. *Differentially Private Matrix Factorization*. IJCAI 2015", notebook="03_hua_dpmf",
-                    role="contender", unit="rating", guaranteed={}, at=3, paper_at=1,
-                    rows=(Contender("hua", "hua", "rating", {}, grid_of(d=(2, 10))),), paper_rows=(("hua", "rating", 1.0),),
-                    audit=dict(params=dict(d=1), control="noise_multiplier", given="U", exact="objective", runs=10_000),
-                    audits=((1, "hua", {}),))
+HuaDPMF.card = Card(paper="hua", citation="Hua, Xia, Zhong. *Differentially Private Matrix Factorization*. IJCAI 2015",
+            notebook="03_hua_dpmf",
+            role="contender", unit="rating", guaranteed={}, at=3, paper_at=1,
+            rows=(Contender("hua", "hua", "rating", {}, grid_of(d=(2, 10))),), paper_rows=(("hua", "rating", 1.0),),
+            audit=dict(params=dict(d=1), control="noise_multiplier", given="U", exact="objective", runs=10_000),
+            audits=((1, "hua", {}),))
 
 # %% ../nbs/03_hua_dpmf.ipynb #05542307
 @patch

@@ -274,14 +274,15 @@ class DPPMF(_PMFObjective):
         self._resolve_solver()
 
 # %% ../nbs/05_pdp_pmf.ipynb #b30cc5fd
-DPPMF.card = Card(paper="pdp", citation="Zhang, Liu, Chen, Zhong. *Probabilistic Matrix Factorization with Personalized Differential Privacy*", notebook="05_pdp_pmf",
-                  role="contender", unit="rating", guaranteed={}, at=4, paper_at=2,
-                  rows=(Contender("dp-pmf (paper's λ_v)", "dp-pmf", "rating", {}),
-                        Contender("dp-pmf (λ_v tuned)", "dp-pmf", "rating", {}, grid_of(reg_v=(1.0, 10.0, 100.0)))),
-                  paper_rows=(("dp-pmf (paper's λ_v)", "rating", 0.1),),
-                  audit=dict(params=dict(d=1, epsilon=1.0), control="epsilon", scale=(0.0, 5.0), given="U", exact="objective",
-                             runs=10_000),
-                  audits=((3, "dp-pmf", {}),))
+DPPMF.card = Card(paper="pdp", citation="Zhang, Liu, Chen, Zhong. *Probabilistic Matrix Factorization with Personalized Differential Privacy*",
+            notebook="05_pdp_pmf",
+            role="contender", unit="rating", guaranteed={}, at=4, paper_at=2,
+            rows=(Contender("dp-pmf (paper's λ_v)", "dp-pmf", "rating", {}),
+                  Contender("dp-pmf (λ_v tuned)", "dp-pmf", "rating", {}, grid_of(reg_v=(1.0, 10.0, 100.0)))),
+            paper_rows=(("dp-pmf (paper's λ_v)", "rating", 0.1),),
+            audit=dict(params=dict(d=1, epsilon=1.0), control="epsilon", scale=(0.0, 5.0), given="U", exact="objective",
+                       runs=10_000),
+            audits=((3, "dp-pmf", {}),))
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp051
 @patch
@@ -359,14 +360,15 @@ class PDPPMF(_PMFObjective):
         return resolve_threshold(spec, self.threshold, expected_mean_epsilon(self.f_c, self.f_m, self.epsilon_c, self.epsilon_m, self.epsilon_l))
 
 # %% ../nbs/05_pdp_pmf.ipynb #3337d241
-PDPPMF.card = Card(paper="pdp", citation="Zhang, Liu, Chen, Zhong. *Probabilistic Matrix Factorization with Personalized Differential Privacy*", notebook="05_pdp_pmf",
-                   role="no guarantee", unit="rating", guaranteed={"dropped": "zero"}, at=6, paper_at=2,
-                   rows=(Contender("pdp-pmf (removed)", "pdp-pmf", "none"),), paper_rows=(("pdp-pmf (removed)", None, None),),
-                   caveat="none for its paper's neighbour (a value change only, at its own ε)",
-                   audit=dict(params=dict(d=1, f_c=0.0, f_m=0.0, epsilon_l=1.0, dropped="zero", epsilon=1.0), control="Delta",
-                              scale=(0.0, 5.0), fixed_rows=(2,), given="U", exact="objective", runs=10_000),
-                   audits=((4, "pdp-pmf", {}),
-                           (13, "pdp-pmf removed, value change", dict(dropped="remove", epsilon=None, threshold=1.0))))
+PDPPMF.card = Card(paper="pdp", citation="Zhang, Liu, Chen, Zhong. *Probabilistic Matrix Factorization with Personalized Differential Privacy*",
+            notebook="05_pdp_pmf",
+            role="no guarantee", unit="rating", guaranteed={"dropped": "zero"}, at=6, paper_at=2,
+            rows=(Contender("pdp-pmf (removed)", "pdp-pmf", "none"),), paper_rows=(("pdp-pmf (removed)", None, None),),
+            caveat="none for its paper's neighbour (a value change only, at its own ε)",
+            audit=dict(params=dict(d=1, f_c=0.0, f_m=0.0, epsilon_l=1.0, dropped="zero", epsilon=1.0), control="Delta",
+                       scale=(0.0, 5.0), fixed_rows=(2,), given="U", exact="objective", runs=10_000),
+            audits=((4, "pdp-pmf", {}),
+                    (13, "pdp-pmf removed, value change", dict(dropped="remove", epsilon=None, threshold=1.0))))
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp054
 @patch

@@ -66,7 +66,7 @@ def _fit(self: UserFeatures, train: Ratings, progress: bool = False) -> Factors:
 
 # %% ../nbs/13_public_features.ipynb #89c48476
 UserFeatures.card = Card(notebook="13_public_features", role="floor", at=11,
-                         rows=(Contender("user-features", "user-features", "none", {}, grid_of(reg=(3.0, 10.0, 30.0))),))
+            rows=(Contender("user-features", "user-features", "none", {}, grid_of(reg=(3.0, 10.0, 30.0))),))
 
 # %% ../nbs/13_public_features.ipynb #e13c0021
 def split_multipliers(epsilon: float, delta: float, share: float) -> tuple[float, float]:
@@ -105,25 +105,25 @@ class DPBiasFeatures(Mechanism):
 
 # %% ../nbs/13_public_features.ipynb #0b4a3564
 DPBiasFeatures.card = Card(paper="public", notebook="13_public_features",
-                           citation="Curmei, Krichene, Zhang, Sundararajan. *Private Matrix Factorization with Public Item Features*. "
-                                    "RecSys 2023",
-                           role="contender", unit="user", guaranteed={"prior_share": 0.2}, at=8, paper_at=7,
-                           rows=(Contender("dp-bias + features", "dp-bias-features", "user", {},
-                                           grid_of(max_ratings=(50, 100), reg=(5.0, 20.0))),
-                                 Contender("dp-bias + features + prior (ours)", "dp-bias-features", "user", {},
-                                           grid_of(max_ratings=(50, 100), prior_share=(0.1, 0.3))),
-                                 Contender("dpals + CMF (Curmei et al.)", "dpals", "user", {"d": 5, "max_norm": 0.3},
-                                           grid_of(reg=(100.0, 1000.0), count_share=(0.3, 0.8), feature_weight=(100.0, 1000.0))),
-                                 Contender("dpals + local features, α tuned (ours)", "dpals", "user",
-                                           {"d": 2, "local_features": True, "reg_local": 10.0},
-                                           grid_of(reg=(100.0, 1000.0), count_share=(0.3, 0.8), feature_weight=(0.0, 1000.0)))),
-                           user_rows=(Contender("dp-bias + features", "dp-bias-features", "user", {"max_ratings": 50},
-                                                grid_of(reg=(5.0, 20.0))),),
-                           paper_rows=(("dpals + CMF (Curmei et al.)", "user", 1.0),),
-                           audit=dict(params=dict(epsilon=1.0, max_ratings=2, prior_share=0.5), control="gaussian", fixed_rows=(1,),
-                                      runs=8000, statistic="direction", canaries=1_000_000,
-                                      canary_params=dict(max_ratings=1, prior_share=0.0)),
-                           audits=((12, "dp-bias-features", {}),), quoted=False)
+            citation="Curmei, Krichene, Zhang, Sundararajan. *Private Matrix Factorization with Public Item Features*. "
+                     "RecSys 2023",
+            role="contender", unit="user", guaranteed={"prior_share": 0.2}, at=8, paper_at=7,
+            rows=(Contender("dp-bias + features", "dp-bias-features", "user", {},
+                            grid_of(max_ratings=(50, 100), reg=(5.0, 20.0))),
+                  Contender("dp-bias + features + prior (ours)", "dp-bias-features", "user", {},
+                            grid_of(max_ratings=(50, 100), prior_share=(0.1, 0.3))),
+                  Contender("dpals + CMF (Curmei et al.)", "dpals", "user", {"d": 5, "max_norm": 0.3},
+                            grid_of(reg=(100.0, 1000.0), count_share=(0.3, 0.8), feature_weight=(100.0, 1000.0))),
+                  Contender("dpals + local features, α tuned (ours)", "dpals", "user",
+                            {"d": 2, "local_features": True, "reg_local": 10.0},
+                            grid_of(reg=(100.0, 1000.0), count_share=(0.3, 0.8), feature_weight=(0.0, 1000.0)))),
+            user_rows=(Contender("dp-bias + features", "dp-bias-features", "user", {"max_ratings": 50},
+                                 grid_of(reg=(5.0, 20.0))),),
+            paper_rows=(("dpals + CMF (Curmei et al.)", "user", 1.0),),
+            audit=dict(params=dict(epsilon=1.0, max_ratings=2, prior_share=0.5), control="gaussian", fixed_rows=(1,),
+                       runs=8000, statistic="direction", canaries=1_000_000,
+                       canary_params=dict(max_ratings=1, prior_share=0.0)),
+            audits=((12, "dp-bias-features", {}),), quoted=False)
 
 # %% ../nbs/13_public_features.ipynb #e13c0028
 @patch

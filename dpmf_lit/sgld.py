@@ -276,16 +276,16 @@ class SGLD(Mechanism):
 
 # %% ../nbs/07_sgld.ipynb #31aea128
 SGLD.card = Card(paper="sgld", citation="Liu, Wang, Smola. *Fast Differentially Private Matrix Factorization*. RecSys 2015",
-                 notebook="07_sgld", role="contender", unit="user", guaranteed={}, at=2, paper_at=3,
-                 rows=(Contender("sgld", "sgld", "user", {}, grid_of(max_ratings=(50, 100))),),
-                 user_rows=(Contender("sgld", "sgld", "user", {}),), paper_rows=(("sgld", "user", 1.0),),
-                 audit=dict(params=dict(d=1, epochs=5, max_ratings=2), control="epsilon", n_users=2, fixed=(2, 3),
-                            fixed_rows=(1,), runs=1500, factors=(2, 4, 16),
-                            note="no test's observed rate ratio passes e^ε on the declared pair, so no run count catches the "
-                                 "2× control here (§7.1); the premise itself is read instead: the likelihood an exact sample "
-                                 "would be drawn from (12b_privacy_meter_others) and the chain against the exact posterior "
-                                 "(07a_sgld_checks)"),
-                 audits=((8, "sgld", {}),))
+            notebook="07_sgld", role="contender", unit="user", guaranteed={}, at=2, paper_at=3,
+            rows=(Contender("sgld", "sgld", "user", {}, grid_of(max_ratings=(50, 100))),),
+            user_rows=(Contender("sgld", "sgld", "user", {}),), paper_rows=(("sgld", "user", 1.0),),
+            audit=dict(params=dict(d=1, epochs=5, max_ratings=2), control="epsilon", n_users=2, fixed=(2, 3),
+                       fixed_rows=(1,), runs=1500, factors=(2, 4, 16),
+                       note="no test's observed rate ratio passes e^ε on the declared pair, so no run count catches the "
+                            "2× control here (§7.1); the premise itself is read instead: the likelihood an exact sample "
+                            "would be drawn from (12b_privacy_meter_others) and the chain against the exact posterior "
+                            "(07a_sgld_checks)"),
+            audits=((8, "sgld", {}),))
 
 # %% ../nbs/07_sgld.ipynb #29a76655
 @patch

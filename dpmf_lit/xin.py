@@ -248,13 +248,13 @@ class XinPublicPrivate(Mechanism):
 
 # %% ../nbs/08_public_private.ipynb #2e4d3896
 XinPublicPrivate.card = Card(paper="xin", citation="Xin, Jaakkola. *Controlling privacy in recommender systems*. NIPS 2014",
-                             notebook="08_public_private", role="no guarantee", unit="user", guaranteed={"mode": "sslp"}, at=7,
-                             paper_at=5, rows=(Contender("xin (local)", "xin", "none"),), paper_rows=(("xin (local)", None, None),),
-                             audit=dict(params=dict(d=1, mode="sslp", epochs=5), control="epsilon", fixed=(0,), fixed_rows=(2, 3),
-                                        note="the released V is blind to the sign of a private user's response; the local guarantee "
-                                             "lives in the responses, so an audit that could catch a control must read each private "
-                                             "user's response, not V"),
-                             audits=((11, "xin sslp", {}),))
+            notebook="08_public_private", role="no guarantee", unit="user", guaranteed={"mode": "sslp"}, at=7,
+            paper_at=5, rows=(Contender("xin (local)", "xin", "none"),), paper_rows=(("xin (local)", None, None),),
+            audit=dict(params=dict(d=1, mode="sslp", epochs=5), control="epsilon", fixed=(0,), fixed_rows=(2, 3),
+                       note="the released V is blind to the sign of a private user's response; the local guarantee "
+                            "lives in the responses, so an audit that could catch a control must read each private "
+                            "user's response, not V"),
+            audits=((11, "xin sslp", {}),))
 
 # %% ../nbs/08_public_private.ipynb #09ac4385
 @patch
