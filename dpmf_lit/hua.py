@@ -15,7 +15,7 @@ from .data import Ratings
 from .mf import PMF, FittedModel, Mechanism, PrivacyReport, register_mechanism, to_csr
 from .kernels import prefetch_row
 from .checks import check_int, check_positive
-from .privacy import Unit, l2_laplace_noise, laplace_noise
+from .privacy import PureDpEvent, Release, Unit, l2_laplace_noise, laplace_noise
 
 # %% auto #0
 __all__ = ['NOISES', 'item_index', 'item_degrees', 'item_normal_equations', 'solve_item_factors', 'clip_rows',
@@ -209,11 +209,11 @@ def memory_bytes(self: HuaDPMF, train: Ratings) -> int:
     return Mechanism.memory_bytes(self, train) + self._pmf().memory_bytes(train) + extra
 
 @patch
-def report(self: HuaDPMF, train: Ratings) -> PrivacyReport:
-    "The privacy report of a fit on `train`."
+def privacy_events(self: HuaDPMF, train: Ratings) -> Release:
+    "What a fit on `train` releases: V, one ε-DP objective perturbation given U."
     Delta = rating_sensitivity(train) * self.max_norm
-    return PrivacyReport(
-        released=("V",), unit="rating", epsilon=self.epsilon / self.noise_multiplier, delta=0.0, scope=self.SCOPE,
+    return Release((("objective perturbation", PureDpEvent(self.epsilon / self.noise_multiplier)),), "pure", dict(
+        steps=False, released=("V",), unit="rating", delta=0.0, scope=self.SCOPE,
         coverage="conditional", condition="given U, trained without noise on the same ratings and kept private", neighbouring="replace",
         method=f"objective perturbation (Hua et al. 2015, Scenario 1), {self.noise} noise, "
                f"L2 sensitivity max_norm*(r_max-r_min) = {Delta:g}",
@@ -221,7 +221,7 @@ def report(self: HuaDPMF, train: Ratings) -> PrivacyReport:
                "Guarantee is for V given U: U is trained non-privately on the same ratings and kept private "
                "(not released); the end-to-end map ratings -> V is not epsilon-DP (its privacy loss is unbounded "
                "once U is retrained on a neighbour; nbs/03_hua_dpmf 3.5). Under add/remove: no finite epsilon, "
-               "and no (epsilon, delta < 1) uniformly over data sets."))
+               "and no (epsilon, delta < 1) uniformly over data sets.")))
 
 @patch
 def noise_for(self: HuaDPMF, train: Ratings) -> np.ndarray:
@@ -248,4 +248,4 @@ def _fit(self: HuaDPMF, train: Ratings, progress: bool = False, U=None, eta=None
     else:
         V = gd_item_factors(train, U, eta, self.reg, self.epochs)
     history.append(dict(stage="perturbed", solver=self.solver, seconds=time.perf_counter() - t0))
-    return Factors(U=U, V=V, history=history, privacy=self.report(train))
+    return Factors(U=U, V=V, history=history, privacy=self.privacy_events(train))
