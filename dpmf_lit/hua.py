@@ -20,7 +20,7 @@ from .privacy import PureDpEvent, Release, Unit, l2_laplace_noise, laplace_noise
 # %% auto #0
 __all__ = ['NOISES', 'item_index', 'item_degrees', 'item_normal_equations', 'solve_item_factors', 'clip_rows',
            'rating_sensitivity', 'privacy_loss', 'share_scale', 'sample_item_noise', 'gd_step_sizes', 'gd_item_factors',
-           'HuaDPMF']
+           'HuaDPMF', 'objective_log_ratio']
 
 # %% ../nbs/03_hua_dpmf.ipynb #f3c76d91
 def item_index(ratings: Ratings):
@@ -228,6 +228,18 @@ def noise_for(self: HuaDPMF, train: Ratings) -> np.ndarray:
     "The noise eta (n_items, d) this mechanism draws for `train` (stream [seed, 1])."
     Delta = rating_sensitivity(train) * self.max_norm * self.noise_multiplier
     return sample_item_noise(train.n_items, self.d, self.epsilon, Delta, self.noise, self.rng(1))
+
+# %% ../nbs/03_hua_dpmf.ipynb #a92fcc23
+def objective_log_ratio(D: Ratings, D2: Ratings, U: np.ndarray, item: int, epsilon: float, Delta: float, reg: float):
+    "X -> log p_D(v)/p_D'(v) of item `item`'s released row v (X: releases x (items·d)), L2-Laplace objective perturbation, U given."
+    (A, b), (A2, b2), d = item_normal_equations(D, U, reg), item_normal_equations(D2, U, reg), U.shape[1]
+    return lambda X: privacy_loss(X.reshape(len(X), -1, d)[:, item], A[item], b[item], A2[item], b2[item], epsilon, Delta)
+
+@patch
+def log_ratio(self: HuaDPMF, D: Ratings, D2: Ratings, U: np.ndarray, item: int):
+    "The exact log-ratio of `item`'s row of V on D against D', given U (clipped as the fit clips it)."
+    Delta = rating_sensitivity(D) * self.max_norm * self.noise_multiplier
+    return objective_log_ratio(D, D2, clip_rows(U, self.max_norm), item, self.epsilon, Delta, self.reg)
 
 # %% ../nbs/03_hua_dpmf.ipynb #5af744aa
 @patch

@@ -17,7 +17,7 @@ from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
 from .checks import Choice, Float, Int, Positive, check_choice, check_float, check_int, check_positive, check_unit_interval, generator
 from .privacy import PrivacyAccountant, PureDpEvent, Release, Unit
 from .kernels import mf_gradient
-from .hua import (clip_rows, gd_item_factors, gd_step_sizes, item_normal_equations, privacy_loss,
+from .hua import (clip_rows, gd_item_factors, gd_step_sizes, item_normal_equations, objective_log_ratio, privacy_loss,
                           sample_item_noise, solve_item_factors)
 
 # %% auto #0
@@ -396,6 +396,17 @@ def _fresh_note(self: PDPPMF, t: float) -> str:
     pld = PrivacyAccountant("rating", "replace", ("V",)).pure(t, self.epochs).epsilon(1e-5, "pld")[0]
     return (f"; fresh noise: epochs (k2)={self.epochs} steps at t={t:.4g} compose to m = {self.epochs * t:.4g} pure (the per-rating values above are computed from this m), "
             f"{pld:.4g} at delta=1e-5 (PLD)")
+
+# %% ../nbs/05_pdp_pmf.ipynb #9840b415
+@patch
+def log_ratio(self: DPPMF, D: Ratings, D2: Ratings, U: np.ndarray, item: int):
+    "The exact log-ratio of `item`'s row of V on D against D', given U."
+    return objective_log_ratio(D, D2, clip_rows(U, self.max_norm), item, self.epsilon, self.Delta(D), self.reg_v)
+
+@patch
+def log_ratio(self: PDPPMF, D: Ratings, D2: Ratings, U: np.ndarray, item: int):
+    "The exact log-ratio of `item`'s row of V on D against D', given U, the sample keeping every rating (noise at t)."
+    return objective_log_ratio(D, D2, clip_rows(U, self.max_norm), item, self.threshold, self.Delta(D), self.reg_v)
 
 # %% ../nbs/05_pdp_pmf.ipynb #174777bc
 @patch
