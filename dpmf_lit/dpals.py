@@ -162,12 +162,12 @@ def offsets(self: DPALS, train: Ratings, m0: float, sigma0: float) -> tuple[np.n
 @patch
 def privacy_events(self: DPALS, train: Ratings, z0: float, z: float) -> Release:
     "The count release and the rounds' releases, end to end, reported at the target ε (the accountant checks their exact composition does not exceed it)."
-    events = (("item sums and counts", GaussianDpEvent(z0)), ("item statistics (A_j, beta_j)", SelfComposedDpEvent(GaussianDpEvent(z), self.epochs)))
+    events = [("item sums and counts", GaussianDpEvent(z0)), ("item statistics (A_j, beta_j)", SelfComposedDpEvent(GaussianDpEvent(z), self.epochs))]
     scope = ("joint DP: V, the item offsets and noisy counts, and anything computed from them; each user's u_i and b_i are "
              "computed on the user's device and released to no one (the model's U and user_bias stand for those devices: "
              "not covered, never to be published or served to others); the item catalogue and user roster are taken as "
              "public; any validation score, and parameters chosen by looking at the data, are not covered")
-    return Release(events, "rdp", dict(unit="user", neighbouring=self.neighbouring, released=("V", "item_bias"), delta=self.delta,
+    return Release(tuple(events), "rdp", dict(unit="user", neighbouring=self.neighbouring, released=("V", "item_bias"), delta=self.delta,
                    target=self.epsilon, notes="Gaussian-DP mu = {mu:.4g}; exact epsilon {exact:.6g}", scope=scope,
                    method=f"{self.epochs + 1} Gaussian releases composed exactly in Gaussian DP (Dong, Roth & Su 2019), "
                           "analytic conversion (Balle & Wang 2018); the PrivacyAccountant's RDP bound: epsilon <= {rdp:.4g}"))
