@@ -254,21 +254,10 @@ def _direction(setting: AuditSetting, mech: Mechanism, D: Ratings, D2: Ratings, 
                         for d in (D, D2))
     return np.nan_to_num(x1[0] - x2[0])
 
-def _objective(mech: Mechanism, D: Ratings) -> tuple[float, float, float]:
-    "(ε, Δ, λ) of the L2-Laplace objective perturbation that `mech` runs on D with U given (Hua et al.; DP-PMF; PDP-PMF sampling all)."
-    from dpmf_lit.hua import rating_sensitivity
-    if mech.name == "hua": return mech.epsilon, rating_sensitivity(D) * mech.max_norm * mech.noise_multiplier, mech.reg
-    t = mech.threshold if mech.name == "pdp-pmf" else mech.epsilon
-    return t, mech.Delta(D), mech.reg_v
-
 def _exact(setting: AuditSetting, mech: Mechanism, D: Ratings, D2: Ratings, given: dict):
-    "The exact log-ratio of the target item's released row, where the setting knows the output density (else None)."
-    if setting.exact != "objective": return None
-    from dpmf_lit.hua import clip_rows, item_normal_equations, privacy_loss
-    (eps, Delta, reg), j = _objective(mech, D), D.n_items - 1
-    U = clip_rows(given["U"], mech.max_norm)
-    (A, b), (A2, b2) = item_normal_equations(D, U, reg), item_normal_equations(D2, U, reg)
-    return lambda X: privacy_loss(X.reshape(len(X), -1, mech.d)[:, j], A[j], b[j], A2[j], b2[j], eps, Delta)
+    "The exact log-ratio of the target item's released row, from the mechanism's own `log_ratio` where it knows its output density (else None)."
+    if setting.exact != "objective" or not hasattr(mech, "log_ratio"): return None
+    return mech.log_ratio(D, D2, given["U"], D.n_items - 1)
 
 # %% ../nbs/12_audit.ipynb #9e481952
 def _claim(name: str, report) -> tuple[float, str]:

@@ -13,7 +13,8 @@ from fastcore.basics import patch
 from .checks import Choice, Float, Fraction, Int, Positive, check_choice, check_int, show
 from .data import Ratings
 from .mechanism import Factors, Mechanism, register_mechanism
-from .privacy import NEIGHBOURING, PrivacyAccountant, PrivacyReport, Unit
+from dp_accounting import GaussianDpEvent, SelfComposedDpEvent
+from .privacy import NEIGHBOURING, PrivacyReport, Release, Unit
 from .privacy import gaussian_epsilon, gaussian_release, gaussian_sigma_analytic
 from .grouping import keep_mask, keep_per_user
 from numba import njit
@@ -230,19 +231,17 @@ DPBiases.card = Card(notebook="09_baselines", role="contender", unit="user", gua
 
 # %% ../nbs/09_baselines.ipynb #cb9eadea
 @patch
-def privacy_report(self: DPBiases, z: float, sigma: float) -> PrivacyReport:
-    "The report of one release with noise multiplier z: the target ε (the exact ε of z does not exceed it); every number in it is a parameter's or follows from them."
-    exact = gaussian_epsilon(z, self.delta)
-    if exact > self.epsilon * (1 + 1e-9): raise RuntimeError(f"calibration failed: z={z:g} gives ε={exact:g} > {self.epsilon:g}")
-    acc = PrivacyAccountant(unit="user", neighbouring=self.neighbouring, released=("item_bias",))
+def privacy_events(self: DPBiases, train: Ratings, z: float, sigma: float) -> Release:
+    "One Gaussian release of noise multiplier z, reported at the target ε (the accountant checks the exact ε of z does not exceed it)."
     scope = ("the released item offsets (the offset m0 and the parameters are public); each user's bias is fitted on the "
              "user's device and never released; parameters chosen by looking at the data are not covered")
     notes = (f"one Gaussian on w = (item sums / (R/2), item counts) of each user's <= {self.max_ratings} ratings "
              f"(a uniformly random subset of a user with more; how many were kept is data-dependent and not printed), sensitivity {bias_sensitivity(self.max_ratings, self.neighbouring):.4g}, "
-             f"sigma {sigma:.4g}; exact epsilon of z: {exact:.6g}")
-    rep = acc.gaussian(z, 1, "item sums and counts").report(self.delta, "rdp", notes, scope)
-    return replace(rep, epsilon=self.epsilon, method=f"analytic Gaussian (Balle & Wang 2018, Thm 8), one release, z = {z:.4g}; "
-                   f"the PrivacyAccountant's RDP bound for it: epsilon <= {rep.epsilon:.4g}")
+             f"sigma {sigma:.4g}; exact epsilon of z: {{exact:.6g}}")
+    return Release((("item sums and counts", GaussianDpEvent(z)),), "rdp", dict(
+        unit="user", neighbouring=self.neighbouring, released=("item_bias",), delta=self.delta, target=self.epsilon, notes=notes,
+        scope=scope, method=f"analytic Gaussian (Balle & Wang 2018, Thm 8), one release, z = {z:.4g}; "
+                            "the PrivacyAccountant's RDP bound for it: epsilon <= {rdp:.4g}"))
 
 @patch
 def _fit(self: DPBiases, train: Ratings, progress: bool = False) -> Factors:
@@ -252,4 +251,4 @@ def _fit(self: DPBiases, train: Ratings, progress: bool = False) -> Factors:
     half = (train.rating_max - train.rating_min) / 2
     c = np.clip(item_offsets(S, C, self.reg, sigma, half), train.rating_min - m0, train.rating_max - m0)   # post-processing
     b = user_offsets(train, m0, c, self.reg_local)                                                         # on each device
-    return Factors(*no_factors(train), b, c, m0, privacy=self.privacy_report(z, sigma), params={"mean": m0})
+    return Factors(*no_factors(train), b, c, m0, privacy=self.privacy_events(train, z, sigma), params={"mean": m0})

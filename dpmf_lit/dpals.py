@@ -17,7 +17,8 @@ from .data import Ratings
 from .kernels import als_sweep, to_csr
 from .hua import _normal_equations, clip_rows
 from .mechanism import Factors, Mechanism, register_mechanism
-from .privacy import NEIGHBOURING, PrivacyAccountant, PrivacyReport, Unit, gaussian_epsilon, gaussian_release, gaussian_sigma_analytic
+from dp_accounting import GaussianDpEvent, SelfComposedDpEvent
+from .privacy import NEIGHBOURING, PrivacyReport, Release, Unit, gaussian_epsilon, gaussian_release, gaussian_sigma_analytic
 from .baselines import bias_sensitivity, item_offsets, public_mean, release_item_totals
 from .grouping import group_by, keep_mask, take
 from .cards import Card, Contender, grid_of
@@ -175,20 +176,17 @@ def offsets(self: DPALS, train: Ratings, m0: float, sigma0: float) -> tuple[np.n
     return np.clip(c, lo, hi), np.maximum(C, 0.0)
 
 @patch
-def privacy_report(self: DPALS, z0: float, z: float) -> PrivacyReport:
-    "The end-to-end report: the target ε, after checking that the composed releases do not exceed it."
-    mu = math.sqrt(z0 ** -2 + self.epochs * z ** -2)
-    exact = gaussian_epsilon(1 / mu, self.delta)
-    if exact > self.epsilon * (1 + 1e-9): raise RuntimeError(f"calibration failed: ε={exact:g} > {self.epsilon:g}")
-    acc = (PrivacyAccountant(unit="user", neighbouring=self.neighbouring, released=("V", "item_bias"))
-           .gaussian(z0, 1, "item sums and counts").gaussian(z, self.epochs, "item statistics (A_j, beta_j)"))
+def privacy_events(self: DPALS, train: Ratings, z0: float, z: float) -> Release:
+    "The count release and the rounds' releases, end to end, reported at the target ε (the accountant checks their exact composition does not exceed it)."
+    events = [("item sums and counts", GaussianDpEvent(z0)), ("item statistics (A_j, beta_j)", SelfComposedDpEvent(GaussianDpEvent(z), self.epochs))]
     scope = ("joint DP: V, the item offsets and noisy counts, and anything computed from them; each user's u_i and b_i are "
              "computed on the user's device and released to no one (the model's U and user_bias stand for those devices: "
              "not covered, never to be published or served to others); the item catalogue and user roster are taken as "
              "public; any validation score, and parameters chosen by looking at the data, are not covered")
-    rep = acc.report(self.delta, "rdp", f"Gaussian-DP mu = {mu:.4g}; exact epsilon {exact:.6g}", scope)
-    return replace(rep, epsilon=self.epsilon, method=f"{self.epochs + 1} Gaussian releases composed exactly in Gaussian DP "
-                   f"(Dong, Roth & Su 2019), analytic conversion (Balle & Wang 2018); the PrivacyAccountant's RDP bound: epsilon <= {rep.epsilon:.4g}")
+    return Release(tuple(events), "rdp", dict(unit="user", neighbouring=self.neighbouring, released=("V", "item_bias"), delta=self.delta,
+                   target=self.epsilon, notes="Gaussian-DP mu = {mu:.4g}; exact epsilon {exact:.6g}", scope=scope,
+                   method=f"{self.epochs + 1} Gaussian releases composed exactly in Gaussian DP (Dong, Roth & Su 2019), "
+                          "analytic conversion (Balle & Wang 2018); the PrivacyAccountant's RDP bound: epsilon <= {rdp:.4g}"))
 
 # %% ../nbs/10_dpals.ipynb #ace122e8
 def by_item(train: Ratings, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -222,4 +220,4 @@ def _fit(self: DPALS, train: Ratings, progress: bool = False) -> Factors:
         V = solve_items(A, beta, self.reg * (counts + 1.0) ** self.reg_exponent).astype(np.float32)
     U, b = user_step(train, np.c_[V, Xl], c32, m0, self.reg_local, csr)
     history = [dict(round=t + 1, sigma_A=sA, sigma_beta=sb) for t in range(self.epochs)]
-    return Factors(U, np.c_[V, Xl], b, c32, m0, history, privacy=self.privacy_report(z0, z), params={"mean": m0})
+    return Factors(U, np.c_[V, Xl], b, c32, m0, history, privacy=self.privacy_events(train, z0, z), params={"mean": m0})

@@ -15,7 +15,8 @@ from tqdm.auto import tqdm
 from .data import Ratings, filter_counts, subsample
 from .kernels import numba_threads
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
-from .privacy import (Unit, PrivacyAccountant, classic_noise_multiplier, dp_accounting_pld_epsilon, dp_accounting_rdp_epsilon,
+from dp_accounting import GaussianDpEvent, SelfComposedDpEvent
+from .privacy import (Unit, PrivacyAccountant, Release, classic_noise_multiplier, dp_accounting_pld_epsilon, dp_accounting_rdp_epsilon,
                       gaussian_epsilon_exact, gaussian_epsilon_rdp)
 from . import checks
 from .checks import Bool, Choice, Float, Fraction, Int, Positive
@@ -225,8 +226,8 @@ def _target(self: GaussMF, epsilon: float):
 
 # %% ../nbs/06_gaussian_mf.ipynb #2e12500e
 @patch
-def report(self: GaussMF, J_run: int, tau: float, span: float | None = None, k: int | None = None) -> PrivacyReport:
-    "The privacy report after `J_run` iterations: all three ε in the notes, the `accounting` one as headline."
+def privacy_events(self: GaussMF, train: Ratings, J_run: int, tau: float, span: float | None = None, k: int | None = None) -> Release:
+    "What `J_run` iterations release: per_step·J_run Gaussians of multiplier z; all three ε in the notes, the `accounting` one as headline."
     per_step = 2 if self.variant == "both" else 1
     eps = gauss_epsilons(J_run, self.step_epsilon, self.step_delta, self.delta, per_step)
     sigma = gauss_sigma(self.step_epsilon, self.step_delta, tau, self.max_norm)
@@ -247,8 +248,8 @@ def report(self: GaussMF, J_run: int, tau: float, span: float | None = None, k: 
              f"{J_run} iterations x {per_step} Gaussian release(s) of noise multiplier z={classic_noise_multiplier(self.step_epsilon, self.step_delta):.4g}; "
              f"epsilon at delta_r={self.delta:g}: closed form {eps['closed_form']:.4f}, RDP {eps['rdp']:.4f}, tight {eps['tight']:.4f}")
     if self.variant == "paper":   # no guarantee: the composed value is the paper's claim, in epsilon_claimed and the notes
-        return PrivacyReport(released=("U",), unit="rating", method=f"the paper's accounting ({how}) of a composition its proof "
-                             "does not cover", epsilon_claimed=eps[self.accounting], notes=notes, scope=scope, neighbouring="replace")
+        return Release(fields=dict(released=("U",), unit="rating", method=f"the paper's accounting ({how}) of a composition its proof "
+                       "does not cover", epsilon_claimed=eps[self.accounting], notes=notes, scope=scope, neighbouring="replace"))
     conds = ([f"given the {J_run} iterations run, which the tol rule chose from the raw training RMSE"] if self.tol is not None else []) + \
             ([f"if no rating's value moves by more than τ = {tau:g} (the data's range is {span:g}; ratings are not clipped)"]
              if span is not None and tau < span else []) + \
@@ -260,8 +261,11 @@ def report(self: GaussMF, J_run: int, tau: float, span: float | None = None, k: 
         cover.update(epsilon_user=gaussian_epsilon_exact(z / math.sqrt(k * (k + 1)), J_run, self.delta), delta_user=self.delta,
                      user_note=f"k = {k} ratings of one user (the most any user has; read from the data) changed in value: per "
                                f"step ‖Δ(∇X, ∇Θ)‖ <= τC√(k(k+1)), {J_run} Gaussian releases composed exactly")
-    return PrivacyReport(released=("U", "V"), unit="rating", epsilon=eps[self.accounting], delta=self.delta, **cover,
-                         neighbouring="replace", method=f"{how}; variant={self.variant}", notes=notes, scope=scope)
+    steps = SelfComposedDpEvent(GaussianDpEvent(classic_noise_multiplier(self.step_epsilon, self.step_delta)), J_run * per_step)
+    declared = dict(target=eps["closed_form"]) if self.accounting == "closed_form" else {}   # the paper's bound, checked >= exact
+    return Release((("gradient releases", steps),), "rdp" if self.accounting == "rdp" else "gdp", dict(
+        steps=False, released=("U", "V"), unit="rating", delta=self.delta, **cover, **declared,
+        neighbouring="replace", method=f"{how}; variant={self.variant}", notes=notes, scope=scope))
 
 # %% ../nbs/06_gaussian_mf.ipynb #5a24bf17
 @patch
@@ -286,7 +290,7 @@ def _fit(self: GaussMF, train: Ratings, progress: bool = False, valid: Ratings |
         if self.tol is not None and prev - rmse < self.tol: break
         prev = rmse
     span, k = float(train.rating_max) - float(train.rating_min), int(np.bincount(train.user).max())
-    report = self.report(J_run, tau, span, k) if self.private else PrivacyReport(released=("U",))
+    report = self.privacy_events(train, J_run, tau, span, k) if self.private else Release(fields=dict(released=("U",)))
     return Factors(U=T, V=X, history=history, privacy=report, params={"epochs_run": J_run, "rating_range": tau})
 
 def heldout_rmse(X, T, test: Ratings) -> float:

@@ -15,13 +15,13 @@ from .data import Ratings
 from .mf import PMF, FittedModel, Mechanism, PrivacyReport, register_mechanism, to_csr
 from .kernels import prefetch_row
 from .checks import check_int, check_positive
-from .privacy import Unit, l2_laplace_noise, laplace_noise
+from .privacy import PureDpEvent, Release, Unit, l2_laplace_noise, laplace_noise
 from .cards import Card, Contender, grid_of
 
 # %% auto #0
 __all__ = ['NOISES', 'item_index', 'item_degrees', 'item_normal_equations', 'solve_item_factors', 'clip_rows',
            'rating_sensitivity', 'privacy_loss', 'share_scale', 'sample_item_noise', 'gd_step_sizes', 'gd_item_factors',
-           'HuaDPMF']
+           'HuaDPMF', 'objective_log_ratio']
 
 # %% ../nbs/03_hua_dpmf.ipynb #f3c76d91
 def item_index(ratings: Ratings):
@@ -218,11 +218,11 @@ def memory_bytes(self: HuaDPMF, train: Ratings) -> int:
     return Mechanism.memory_bytes(self, train) + self._pmf().memory_bytes(train) + extra
 
 @patch
-def report(self: HuaDPMF, train: Ratings) -> PrivacyReport:
-    "The privacy report of a fit on `train`."
+def privacy_events(self: HuaDPMF, train: Ratings) -> Release:
+    "What a fit on `train` releases: V, one ε-DP objective perturbation given U."
     Delta = rating_sensitivity(train) * self.max_norm
-    return PrivacyReport(
-        released=("V",), unit="rating", epsilon=self.epsilon / self.noise_multiplier, delta=0.0, scope=self.SCOPE,
+    return Release((("objective perturbation", PureDpEvent(self.epsilon / self.noise_multiplier)),), "pure", dict(
+        steps=False, released=("V",), unit="rating", delta=0.0, scope=self.SCOPE,
         coverage="conditional", condition="given U, trained without noise on the same ratings and kept private", neighbouring="replace",
         method=f"objective perturbation (Hua et al. 2015, Scenario 1), {self.noise} noise, "
                f"L2 sensitivity max_norm*(r_max-r_min) = {Delta:g}",
@@ -230,13 +230,25 @@ def report(self: HuaDPMF, train: Ratings) -> PrivacyReport:
                "Guarantee is for V given U: U is trained non-privately on the same ratings and kept private "
                "(not released); the end-to-end map ratings -> V is not epsilon-DP (its privacy loss is unbounded "
                "once U is retrained on a neighbour; nbs/03_hua_dpmf 3.5). Under add/remove: no finite epsilon, "
-               "and no (epsilon, delta < 1) uniformly over data sets."))
+               "and no (epsilon, delta < 1) uniformly over data sets.")))
 
 @patch
 def noise_for(self: HuaDPMF, train: Ratings) -> np.ndarray:
     "The noise eta (n_items, d) this mechanism draws for `train` (stream [seed, 1])."
     Delta = rating_sensitivity(train) * self.max_norm * self.noise_multiplier
     return sample_item_noise(train.n_items, self.d, self.epsilon, Delta, self.noise, self.rng(1))
+
+# %% ../nbs/03_hua_dpmf.ipynb #a92fcc23
+def objective_log_ratio(D: Ratings, D2: Ratings, U: np.ndarray, item: int, epsilon: float, Delta: float, reg: float):
+    "X -> log p_D(v)/p_D'(v) of item `item`'s released row v (X: releases x (items·d)), L2-Laplace objective perturbation, U given."
+    (A, b), (A2, b2), d = item_normal_equations(D, U, reg), item_normal_equations(D2, U, reg), U.shape[1]
+    return lambda X: privacy_loss(X.reshape(len(X), -1, d)[:, item], A[item], b[item], A2[item], b2[item], epsilon, Delta)
+
+@patch
+def log_ratio(self: HuaDPMF, D: Ratings, D2: Ratings, U: np.ndarray, item: int):
+    "The exact log-ratio of `item`'s row of V on D against D', given U (clipped as the fit clips it)."
+    Delta = rating_sensitivity(D) * self.max_norm * self.noise_multiplier
+    return objective_log_ratio(D, D2, clip_rows(U, self.max_norm), item, self.epsilon, Delta, self.reg)
 
 # %% ../nbs/03_hua_dpmf.ipynb #5af744aa
 @patch
@@ -257,4 +269,4 @@ def _fit(self: HuaDPMF, train: Ratings, progress: bool = False, U=None, eta=None
     else:
         V = gd_item_factors(train, U, eta, self.reg, self.epochs)
     history.append(dict(stage="perturbed", solver=self.solver, seconds=time.perf_counter() - t0))
-    return Factors(U=U, V=V, history=history, privacy=self.report(train))
+    return Factors(U=U, V=V, history=history, privacy=self.privacy_events(train))

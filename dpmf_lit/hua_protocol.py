@@ -18,7 +18,7 @@ from .data import Ratings
 from .mf import PMF, FittedModel, Mechanism, PrivacyReport, register_mechanism
 from .mechanism import Factors
 from .checks import Choice, Float, Int, Positive, check_int, check_positive
-from .privacy import Unit, gaussian_epsilon
+from .privacy import PureDpEvent, Release, Unit, gaussian_epsilon
 from .fixed_point import FixedPoint
 from .hua import clip_rows, gd_item_factors, gd_step_sizes, item_degrees, rating_sensitivity, share_scale
 from .cards import Card, Contender, grid_of
@@ -433,8 +433,8 @@ def resolved_params(self: HuaProtocol) -> dict:
 
 # %% ../nbs/04_hua_protocol.ipynb #925b8b30
 @patch
-def _report(self: HuaProtocol, train: Ratings, run: ProtocolRun, left_out: int) -> PrivacyReport:
-    "The privacy report of a protocol run on `train`: the guarantee against outsiders, and what the recommender can do."
+def privacy_events(self: HuaProtocol, train: Ratings, run: ProtocolRun, left_out: int) -> Release:
+    "What a protocol run on `train` releases: V, ε-DP against outsiders; and what the recommender can do."
     Delta = rating_sensitivity(train)
     changing = self.scenario == 3 and self.p_online < 1
     eps_items = np.array([recommender_view_epsilon(h, self.epsilon, Delta) for h in np.delete(run.recommender.H, run.dropped, 0)])
@@ -444,8 +444,8 @@ def _report(self: HuaProtocol, train: Ratings, run: ProtocolRun, left_out: int) 
              f"which knows H, only ({eps_items.max():.3g}, 1e-05)-DP for the worst item")
     scope += ("; the rating pattern is public (who rated what: the ratings left out, the items dropped and the traffic "
               "in the history follow from it); U's training is not covered")
-    return PrivacyReport(
-        released=("V",), unit="rating", epsilon=self.epsilon, delta=0.0, scope=scope, coverage="conditional", neighbouring="replace",
+    return Release((("objective perturbation, shares summed", PureDpEvent(self.epsilon)),), "pure", dict(
+        steps=False, released=("V",), unit="rating", delta=0.0, scope=scope, coverage="conditional", neighbouring="replace",
         condition="given a non-private U, and against parties who see V and do not know H" + (" (up to a measured gain factor)" if changing else ""),
         method=f"Hua et al. 2015 Scenario {self.scenario}: objective perturbation with per-coordinate Laplace noise "
                "summed from users' shares (L1/L2 argument), masked aggregation in Z_P",
@@ -459,7 +459,7 @@ def _report(self: HuaProtocol, train: Ratings, run: ProtocolRun, left_out: int) 
                   f"the worst item, ({np.median(eps_items):.3g}, 1e-05) for the median item (Gaussian given H); it also "
                   "learns each item's Gram matrix sum_i u_i u_i^T (04a_hua_attacks §2.1). ")
                + f"V given U (U trained non-privately, held by users). {left_out} ratings of items with < 2 raters "
-               "(in Scenario 3: < 2 online at set-up) left out (v_j = 0)."))
+               "(in Scenario 3: < 2 online at set-up) left out (v_j = 0).")))
 
 # %% ../nbs/04_hua_protocol.ipynb #1d45b13f
 @patch
@@ -481,6 +481,6 @@ def _fit(self: HuaProtocol, train: Ratings, progress: bool = False, U=None) -> F
     V = np.zeros((train.n_items, self.d)); V[kept_items] = run.V
     left_out = int((~keep).sum()) + int(np.isin(sub.item, run.dropped).sum())
     traffic = traffic_per_iteration(run, self.epochs - 1) if self.epochs else {}
-    return Factors(U=U, V=V, privacy=self._report(train, run, left_out),
+    return Factors(U=U, V=V, privacy=self.privacy_events(train, run, left_out),
                    history=[dict(stage="protocol", epochs=self.epochs, skipped=run.skipped, dropped_at_setup=len(run.dropped),
                                  traffic=traffic)])

@@ -16,7 +16,7 @@ from .checks import Check, check_bool, show
 from .data import Ratings
 from .synthetic import available_memory   # one reading of free memory, shared with the generator
 from .kernels import predict_kernel
-from .privacy import PrivacyReport, fit_randomness
+from .privacy import PrivacyReport, Release, fit_randomness
 
 # %% auto #0
 __all__ = ['ITERATIONS', 'MAX_WORK', 'MECHANISMS', 'ENTRY_POINT_GROUP', 'FittedModel', 'Factors', 'Mechanism',
@@ -102,7 +102,7 @@ class Factors:
     item_bias: np.ndarray | None = None  # c
     mean: float = 0.0                    # global offset mu
     history: list = field(default_factory=list)
-    privacy: object = field(default_factory=PrivacyReport)   # a PrivacyReport, or an accountant with report()
+    privacy: Release | PrivacyReport = field(default_factory=Release)   # what the fit released (`privacy_events`), or a no-guarantee report
     params: dict = field(default_factory=dict)   # values settled during the fit (override resolved_params())
 
 # %% ../nbs/01b_mechanism.ipynb #53cc9db4
@@ -166,6 +166,10 @@ class Mechanism(metaclass=_Declared):
 
     def _fit(self, train: Ratings, progress: bool = False, **extra) -> Factors:
         raise NotImplementedError(f"{type(self).__name__} must implement _fit(train, progress, ...) -> Factors")
+
+    def privacy_events(self, train: Ratings, **state) -> Release:
+        "The hook: what a fit on `train` released, as dp_accounting events with their scope (`state`: what the fit settled)."
+        return Release()
 
 # %% ../nbs/01b_mechanism.ipynb #4dc69723
 @patch(cls_method=True)
@@ -410,7 +414,7 @@ def _fit_model(self: Mechanism, train: Ratings, valid, progress: bool, extra: di
     bad = _nonfinite(out)
     if bad: raise ValueError(f"{self.name}: the fit overflowed ({', '.join(bad)} not finite); {_hint(self, ran)}")
     params = {k: v for k, v in ran.items() if not (k in self.applies and ran.get(self.applies[k][0]) not in self.applies[k][1])}
-    privacy = out.privacy if isinstance(out.privacy, PrivacyReport) else out.privacy.report()
+    privacy = out.privacy if isinstance(out.privacy, PrivacyReport) else out.privacy.report()   # one accountant composes the events
     counts = np.bincount(train.user, minlength=train.n_users) if privacy.private and privacy.unit == "rating" else None   # only a per-rating guarantee needs them
     privacy = fit_randomness(privacy, getattr(self, "seed", None), secret, counts,
                              seeded="seed" in self.parameter_names())

@@ -94,7 +94,7 @@ def read_xin(mode: str, m: int = 3, epsilon: float = 1.0) -> Reading:
     mech = get_mechanism("xin")(mode=mode, epsilon=epsilon, seed=0)
     lo, hi, mu = 1.0, 5.0, 3.0
     inputs = [np.full(m, x) for x in (lo - 10, lo, hi, hi + 10)] + [np.resize([lo, hi], m)]
-    claimed = float(mech.report(m).epsilon)
+    claimed = float(mech.privacy_events(None, m).report().epsilon)
     reading = Reading("xin", dict(mode=mode, epsilon=epsilon), claimed)
     if mode == "laplace":
         ys, scales = [], []

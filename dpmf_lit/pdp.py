@@ -15,9 +15,9 @@ from scipy import sparse
 from .data import Ratings
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
 from .checks import Choice, Float, Int, Positive, check_choice, check_float, check_int, check_positive, check_unit_interval, generator
-from .privacy import PrivacyAccountant, Unit
+from .privacy import PrivacyAccountant, PureDpEvent, Release, Unit
 from .kernels import mf_gradient
-from .hua import (clip_rows, gd_item_factors, gd_step_sizes, item_normal_equations, privacy_loss,
+from .hua import (clip_rows, gd_item_factors, gd_step_sizes, item_normal_equations, objective_log_ratio, privacy_loss,
                           sample_item_noise, solve_item_factors)
 from .cards import Card, Contender, grid_of
 
@@ -286,21 +286,21 @@ DPPMF.card = Card(paper="pdp", citation="Zhang, Liu, Chen, Zhong. *Probabilistic
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp051
 @patch
-def report(self: DPPMF, train: Ratings) -> PrivacyReport:
-    "The privacy report of a DP-PMF fit on `train`."
+def privacy_events(self: DPPMF, train: Ratings) -> Release:
+    "What a DP-PMF fit on `train` releases: V, objective perturbation at m given U."
     Delta, m = self.Delta(train), self.m_epsilon(self.epsilon)
     nb = "a rating's value changed or set to 0, the pattern public" if self.sensitivity == "r_max" else "a rating's value changed, the pattern public"
     start = ("; V's start is step 1's non-private V, also not covered" if self.solver == "gd" and self.v_init == "pmf" else "")
     how = ("pure composition of k2 fresh-noise steps" if self.noise == "fresh" else "one noise draw (Thm 4)")
     pld = PrivacyAccountant("rating", "replace", ("V",)).pure(self.epsilon, self.epochs).epsilon(1e-5, "pld")[0] if self.noise == "fresh" else None
-    return PrivacyReport(
-        released=("V",), unit="rating", epsilon=m, delta=0.0, coverage="conditional", neighbouring="replace",
+    return Release((("objective perturbation", PureDpEvent(m)),), "pure", dict(
+        steps=False, released=("V",), unit="rating", delta=0.0, coverage="conditional", neighbouring="replace",
         condition=f"given U{_V0(self)}, trained without noise on the same ratings and not released",
         scope=f"for V given U ({nb}); U is trained without noise on the same ratings and not covered{start}; "
               "no finite epsilon under add/remove",
         method=f"objective perturbation (Zhang et al. Thm 4 = Hua et al. Scenario 1), L2-Laplace noise, Delta = {Delta:g}, {how}",
         notes=(f"solver={self.solver}, noise={self.noise}" + (f"; epochs (k2)={self.epochs} steps at eps={self.epsilon:g}: {m:g} pure, "
-               f"{pld:.4g} at delta=1e-5 (PLD)" if pld is not None else "")))
+               f"{pld:.4g} at delta=1e-5 (PLD)" if pld is not None else ""))))
 
 @patch
 def _fit(self: DPPMF, train: Ratings, progress: bool = False, U=None, V=None) -> Factors:
@@ -309,7 +309,7 @@ def _fit(self: DPPMF, train: Ratings, progress: bool = False, U=None, V=None) ->
     U, V0 = self.step1(train, U, V)
     Vbar = dp_item_factors(train, U, V0, self.epsilon, self.Delta(train), self.reg_v, self.lr, self.epochs,
                            self.solver, self.noise, self.rng(1))
-    return Factors(U=U, V=Vbar, history=[dict(stage="dp-pmf", seconds=time.perf_counter() - t0)], privacy=self.report(train))
+    return Factors(U=U, V=Vbar, history=[dict(stage="dp-pmf", seconds=time.perf_counter() - t0)], privacy=self.privacy_events(train))
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp053
 @register_mechanism("pdp-pmf")
@@ -380,8 +380,8 @@ def per_rating_epsilon(self: PDPPMF, spec: PrivacySpec, t: float, rating_range: 
     return np.full(len(spec), m * rating_range / Delta)
 
 @patch
-def report(self: PDPPMF, train: Ratings, spec: PrivacySpec, t: float) -> PrivacyReport:
-    "The privacy report of a PDP-PMF fit on `train` with specification `spec` and threshold `t`."
+def privacy_events(self: PDPPMF, train: Ratings, spec: PrivacySpec, t: float) -> Release:
+    "What a PDP-PMF fit on `train` with specification `spec` and threshold `t` releases: V, at the worst rating's ε given U."
     Delta = self.Delta(train)
     per = self.per_rating_epsilon(spec, t, float(train.rating_max) - float(train.rating_min), Delta)
     met = float(np.mean(per <= spec.epsilon + 1e-12))
@@ -396,8 +396,8 @@ def report(self: PDPPMF, train: Ratings, spec: PrivacySpec, t: float) -> Privacy
     nb = ("a rating set to 0 (the paper's neighbour) or its value replaced, the rating pattern public" if self.dropped == "zero"
           else "a rating's value replaced, the rating pattern public")
     note = covered.pop("method_note", "")
-    return PrivacyReport(
-        released=("V",), unit="rating", neighbouring="replace", **covered,
+    return Release((("sampling, then objective perturbation (worst rating)", PureDpEvent(covered.pop("epsilon"))),), "pure", dict(
+        steps=False, released=("V",), unit="rating", neighbouring="replace", **covered,
         scope=f"personalized, for V given U ({nb}); U is trained without noise on the sample and not covered; "
               "no finite epsilon under add/remove" + ("" if self.dropped == "zero" else "; no amplification by the sampling")
               + "; by the paper's design the threshold t (t_value), the sampled share (kept_fraction) and the per-rating "
@@ -407,7 +407,7 @@ def report(self: PDPPMF, train: Ratings, spec: PrivacySpec, t: float) -> Privacy
                f"noise={self.noise}, solver={self.solver}, dropped={self.dropped}" + note,
         notes=(f"per rating: delivered eps in [{per.min():.4g}, {per.max():.4g}] (mean {per.mean():.4g}); requested eps_ij in "
                f"[{spec.epsilon.min():.4g}, {spec.epsilon.max():.4g}] (mean {spec.epsilon.mean():.4g}); request met for "
-               f"{100 * met:.1f}% of the ratings; epsilon is the worst case over ratings" + _fresh_note(self, t)))
+               f"{100 * met:.1f}% of the ratings; epsilon is the worst case over ratings" + _fresh_note(self, t))))
 
 def _V0(self) -> str:
     "' and the start V0 of the gradient phase' when that start is step 1's non-private V (the gd iterate depends on it)."
@@ -419,6 +419,17 @@ def _fresh_note(self: PDPPMF, t: float) -> str:
     pld = PrivacyAccountant("rating", "replace", ("V",)).pure(t, self.epochs).epsilon(1e-5, "pld")[0]
     return (f"; fresh noise: epochs (k2)={self.epochs} steps at t={t:.4g} compose to m = {self.epochs * t:.4g} pure (the per-rating values above are computed from this m), "
             f"{pld:.4g} at delta=1e-5 (PLD)")
+
+# %% ../nbs/05_pdp_pmf.ipynb #9840b415
+@patch
+def log_ratio(self: DPPMF, D: Ratings, D2: Ratings, U: np.ndarray, item: int):
+    "The exact log-ratio of `item`'s row of V on D against D', given U."
+    return objective_log_ratio(D, D2, clip_rows(U, self.max_norm), item, self.epsilon, self.Delta(D), self.reg_v)
+
+@patch
+def log_ratio(self: PDPPMF, D: Ratings, D2: Ratings, U: np.ndarray, item: int):
+    "The exact log-ratio of `item`'s row of V on D against D', given U, the sample keeping every rating (noise at t)."
+    return objective_log_ratio(D, D2, clip_rows(U, self.max_norm), item, self.threshold, self.Delta(D), self.reg_v)
 
 # %% ../nbs/05_pdp_pmf.ipynb #174777bc
 @patch
@@ -445,7 +456,7 @@ def _fit(self: PDPPMF, train: Ratings, progress: bool = False, spec: PrivacySpec
     Vbar = dp_item_factors(sampled_ratings(train, keep, self.dropped), U, V0, t, self.Delta(train), self.reg_v,
                            self.lr, self.epochs, self.solver, self.noise, self.rng(1))
     return Factors(U=U, V=Vbar, history=[dict(stage="pdp-pmf", t=t, kept=float(keep.mean()), seconds=time.perf_counter() - t0)],
-                   privacy=self.report(train, spec, t), params=dict(t_value=t, kept_fraction=float(keep.mean())))
+                   privacy=self.privacy_events(train, spec, t), params=dict(t_value=t, kept_fraction=float(keep.mean())))
 
 # %% ../nbs/05_pdp_pmf.ipynb #pdp060
 READINGS = {"(a) closed form": dict(noise="fixed", solver="closed"), "(a) gradient steps": dict(noise="fixed", solver="gd"),

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 import numpy as np
+import dp_accounting
+from dp_accounting.rdp import rdp_privacy_accountant as _rdp_lib
 from fastcore.basics import patch
 from numba import njit
 from scipy import optimize, special, sparse
@@ -24,7 +26,7 @@ __all__ = ['NEIGHBOURING', 'DEFAULT_ORDERS', 'COVERAGE', 'TIME_CLAUSE', 'GROUP_C
            'gaussian_rdp', 'laplace_rdp', 'pure_dp_rdp', 'rdp_to_dp', 'classic_noise_multiplier',
            'gaussian_epsilon_classic_optimum', 'gaussian_epsilon_exact', 'gaussian_epsilon_rdp',
            'dp_accounting_rdp_epsilon', 'dp_accounting_pld_epsilon', 'group_privacy', 'PrivacyReport', 'fit_randomness',
-           'check_unit', 'Unit', 'PrivacyAccountant']
+           'check_unit', 'Unit', 'PureDpEvent', 'PrivacyAccountant', 'Release']
 
 # %% ../nbs/02_privacy.ipynb #7f6fdedf
 NEIGHBOURING = ("add_remove", "replace")
@@ -137,11 +139,7 @@ def l2_laplace_noise(n: int, d: int, scale: float, seed=0) -> np.ndarray:
     return u * r[:, None]
 
 # %% ../nbs/02_privacy.ipynb #551d023b
-try:
-    from dp_accounting.rdp.rdp_privacy_accountant import DEFAULT_RDP_ORDERS as _DP_ORDERS
-except ImportError:  # pragma: no cover
-    _DP_ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(11, 64)) + [128, 256, 512, 1024]
-DEFAULT_ORDERS = np.array(_DP_ORDERS, dtype=np.float64)
+DEFAULT_ORDERS = np.array(_rdp_lib.DEFAULT_RDP_ORDERS, dtype=np.float64)
 
 def _orders(orders) -> np.ndarray:
     o = DEFAULT_ORDERS if orders is None else np.atleast_1d(np.asarray(orders, dtype=np.float64))
@@ -229,7 +227,6 @@ def group_privacy(epsilon: float, delta: float, k: int) -> tuple[float, float]:
     e, d, k = check_float("epsilon", epsilon, low=0), check_float("delta", delta, low=0), check_int("k", k, 1)
     return k * e, (0.0 if d == 0 else min(1.0, k * d * math.exp(min((k - 1) * e, 700.0))))
 
-
 # %% ../nbs/02_privacy.ipynb #fa4112e0
 def _check_report(self):
     "Refuse a report whose fields contradict each other, naming the field."
@@ -248,8 +245,6 @@ def _check_report(self):
         raise ValueError("coverage='conditional' needs condition=...: what the guarantee assumes, said first ('given ...', 'if ...')")
     if self.neighbouring: check_choice("neighbouring", self.neighbouring, NEIGHBOURING)
     check_choice("randomness", self.randomness, ("", "secret", "public"))
-
-
 
 # %% ../nbs/02_privacy.ipynb #97542473
 @dataclass(frozen=True)
@@ -277,7 +272,6 @@ class PrivacyReport:
     @property
     def private(self) -> bool: return self.epsilon is not None
 
-
 # %% ../nbs/02_privacy.ipynb #c72eee3b
 @patch
 def guarantee(self: PrivacyReport) -> str:
@@ -298,7 +292,6 @@ def secrecy(self: PrivacyReport) -> str:
     if self.randomness == "secret": return "randomness secret (seed drawn from the OS, not stored)"
     if self.randomness == "public": return f"randomness public (seed={self.seed}): not private against anyone who knows the seed"
     return ""
-
 
 # %% ../nbs/02_privacy.ipynb #6e6b2c84
 @patch
@@ -322,7 +315,6 @@ def to_dict(self: PrivacyReport) -> dict:
 
 @patch
 def __str__(self: PrivacyReport) -> str: return self.summary()
-
 
 # %% ../nbs/02_privacy.ipynb #979c4f7e
 TIME_CLAUSE = "the fit's wall time (fit_seconds, and any seconds in the history) is measured on the data and not covered"
@@ -362,52 +354,86 @@ def Unit(*units: str) -> Check:
     "The annotation of a mechanism's `unit` parameter: the units its guarantee can be calibrated for."
     return Check(check_unit, units, kind=str, text=f"Unit({', '.join(map(repr, units))})")
 
-
 # %% ../nbs/02_privacy.ipynb #58efdc81
+@dataclass(frozen=True)
+class PureDpEvent(dp_accounting.DpEvent):
+    "A step that is `epsilon`-DP by its own proof (objective perturbation, one posterior sample, ...): no dp_accounting event has it."
+    epsilon: float
+
+_KIND = {dp_accounting.GaussianDpEvent: "gaussian", dp_accounting.LaplaceDpEvent: "laplace", PureDpEvent: "pure"}
+
+def _unfold(event, count: int = 1) -> list:
+    "[(basic event, count)] of `event`, its `SelfComposedDpEvent`s and `ComposedDpEvent`s unfolded."
+    if isinstance(event, dp_accounting.SelfComposedDpEvent): return _unfold(event.event, count * event.count)
+    if isinstance(event, dp_accounting.ComposedDpEvent): return [s for e in event.events for s in _unfold(e, count)]
+    if type(event) not in _KIND: raise ValueError(f"event {event!r}: the accountant composes Gaussian, Laplace and pure events")
+    return [(event, count)]
+
+def _param(event) -> float:
+    "z of a Gaussian event; ε of a Laplace (1 / its scale) or pure one."
+    return event.noise_multiplier if isinstance(event, dp_accounting.GaussianDpEvent) else (
+        1 / event.noise_multiplier if isinstance(event, dp_accounting.LaplaceDpEvent) else event.epsilon)
+
 @dataclass
 class PrivacyAccountant:
-    "Records private steps as a mechanism runs; `report()` turns them into a `PrivacyReport`."
+    "Composes the dp_accounting events a mechanism declares; `report()` turns them into a `PrivacyReport`."
     unit: str = "rating"
     neighbouring: str = "add_remove"
     released: tuple = ("U", "V")
-    events: list = field(default_factory=list)   # (kind, parameter, count, label)
+    events: list = field(default_factory=list)   # (DpEvent, label)
 
     def __post_init__(self): check_choice("neighbouring", self.neighbouring, NEIGHBOURING)
 
+    def record(self, event, label: str = "step") -> "PrivacyAccountant":
+        "Record a dp_accounting `event` (Gaussian, Laplace, pure, or their compositions)."
+        _unfold(event); self.events.append((event, label)); return self
+
     def gaussian(self, noise_multiplier: float, count: int = 1, label: str = "gaussian") -> "PrivacyAccountant":
         "Record `count` Gaussian mechanisms with sigma = noise_multiplier * l2 sensitivity."
-        self.events.append(("gaussian", check_positive("noise_multiplier", noise_multiplier), check_int("count", count, 0), label)); return self
+        z, c = check_positive("noise_multiplier", noise_multiplier), check_int("count", count, 0)
+        return self.record(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), c), label)
 
     def laplace(self, epsilon: float, count: int = 1, label: str = "laplace") -> "PrivacyAccountant":
         "Record `count` Laplace mechanisms with scale = l1 sensitivity / epsilon."
-        self.events.append(("laplace", check_positive("epsilon", epsilon), check_int("count", count, 0), label)); return self
+        e, c = check_positive("epsilon", epsilon), check_int("count", count, 0)
+        return self.record(dp_accounting.SelfComposedDpEvent(dp_accounting.LaplaceDpEvent(1 / e), c), label)
 
     def pure(self, epsilon: float, count: int = 1, label: str = "pure") -> "PrivacyAccountant":
         "Record `count` steps that are each epsilon-DP (any mechanism)."
-        self.events.append(("pure", check_positive("epsilon", epsilon), check_int("count", count, 0), label)); return self
+        e, c = check_positive("epsilon", epsilon), check_int("count", count, 0)
+        return self.record(dp_accounting.SelfComposedDpEvent(PureDpEvent(e), c), label)
 
     def __add__(self, other: "PrivacyAccountant") -> "PrivacyAccountant":
         if (self.unit, self.neighbouring) != (other.unit, other.neighbouring):
             raise ValueError(f"cannot compose unit/neighbouring {(self.unit, self.neighbouring)} with {(other.unit, other.neighbouring)}")
         return PrivacyAccountant(self.unit, self.neighbouring, tuple(dict.fromkeys(self.released + other.released)), self.events + other.events)
 
-    def _active(self): return [e for e in self.events if e[2] > 0]
+    def _active(self):
+        "(kind, parameter, count, label) of every basic step recorded, steps of count 0 left out."
+        return [(_KIND[type(e)], _param(e), c, label) for ev, label in self.events for e, c in _unfold(ev) if c > 0]
 
 # %% ../nbs/02_privacy.ipynb #e3669d52
 @patch
 def rdp(self: PrivacyAccountant, orders=None) -> np.ndarray:
-    "The composed RDP curve over `orders` (default: dp_accounting's grid)."
-    a = _orders(orders); total = np.zeros_like(a)
-    f = {"gaussian": gaussian_rdp, "laplace": laplace_rdp, "pure": pure_dp_rdp}
-    for kind, p, c, _ in self._active(): total += f[kind](p, c, a)
-    return total
+    "The composed RDP curve over `orders` (default: dp_accounting's grid): dp_accounting's RdpAccountant, plus the pure steps."
+    a = _orders(orders); acc, pure = _rdp_lib.RdpAccountant(list(a)), np.zeros_like(a)
+    for kind, p, c, _ in self._active():
+        if kind == "pure": pure += pure_dp_rdp(p, c, a)
+    for ev, _ in self.events:
+        for e, c in _unfold(ev):
+            if c > 0 and not isinstance(e, PureDpEvent): acc.compose(dp_accounting.SelfComposedDpEvent(e, c))
+    return np.asarray(acc._rdp, np.float64) + pure
+
+def _gdp_multiplier(steps) -> float:
+    "The one Gaussian that Gaussian steps (kind, z, count, label) compose to: z / sqrt(count) for one, else (sum count / z^2)^-1/2."
+    if len(steps) == 1: return steps[0][1] / math.sqrt(steps[0][2])
+    return 1 / math.sqrt(sum(c * p ** -2 for _, p, c, _ in steps))
 
 @patch
 def _pld_epsilon(self: PrivacyAccountant, delta, discretization):
     from dp_accounting.pld import privacy_loss_distribution as pld, common
-    ev = self._active()
-    mu2 = sum(c / (p * p) for kind, p, c, _ in ev if kind == "gaussian")   # Gaussians compose exactly (GDP)
-    out = pld.from_gaussian_mechanism(1 / math.sqrt(mu2), value_discretization_interval=discretization) if mu2 else None
+    ev = self._active(); gauss = [e for e in ev if e[0] == "gaussian"]
+    out = pld.from_gaussian_mechanism(_gdp_multiplier(gauss), value_discretization_interval=discretization) if gauss else None
     for kind, p, c, _ in ev:
         if kind == "gaussian": continue
         elif kind == "laplace": x = pld.from_laplace_mechanism(1 / p, value_discretization_interval=discretization).self_compose(c)
@@ -416,27 +442,58 @@ def _pld_epsilon(self: PrivacyAccountant, delta, discretization):
     return 0.0 if out is None else float(out.get_epsilon_for_delta(delta))
 
 # %% ../nbs/02_privacy.ipynb #79e8d89b
+_METHODS = ("auto", "pure", "rdp", "pld", "gdp")
+
 @patch
 def epsilon(self: PrivacyAccountant, delta: float = 0.0, method: str = "auto", discretization: float = 1e-4) -> tuple[float, float, str]:
     "(epsilon, delta, method) of everything recorded so far."
-    if method not in ("auto", "pure", "rdp", "pld"): raise ValueError(f"method={method!r} must be one of 'auto', 'pure', 'rdp', 'pld'")
+    if method not in _METHODS: raise ValueError(f"method={method!r} must be one of {', '.join(map(repr, _METHODS))}")
     ev = self._active(); has_gauss = any(k == "gaussian" for k, *_ in ev)
     if method == "auto": method = "rdp" if has_gauss else "pure"
     if method == "pure":
         if has_gauss: raise ValueError("method='pure' cannot account Gaussian steps; use 'rdp' or 'pld' with delta > 0")
         return float(sum(p * c for _, p, c, _ in ev)), 0.0, "pure composition (sum of epsilons)"
     d = check_fraction("delta", delta)
-    if method == "rdp": return rdp_to_dp(self.rdp(), d)[0], d, "RDP (improved conversion, Canonne-Kamath-Steinke 2020)"
+    if method == "rdp":
+        return max(0.0, float(_rdp_lib.compute_epsilon(DEFAULT_ORDERS, self.rdp(), d)[0])), d, "RDP (improved conversion, Canonne-Kamath-Steinke 2020)"
+    if method == "gdp":
+        if not has_gauss or len(ev) != sum(k == "gaussian" for k, *_ in ev): raise ValueError("method='gdp' composes Gaussian steps only")
+        return gaussian_epsilon(_gdp_multiplier(ev), d), d, "exact Gaussian composition (GDP, Dong, Roth & Su 2019)"
     return self._pld_epsilon(d, check_positive("discretization", discretization)), d, "PLD (dp_accounting)"
 
 @patch
 def report(self: PrivacyAccountant, delta: float = 0.0, method: str = "auto", notes: str = "", scope: str = "",
-           coverage: str = "end-to-end", condition: str = "") -> PrivacyReport:
-    "The `PrivacyReport` of the recorded steps; `scope` defaults to 'the composition of the recorded steps only'."
+           coverage: str = "end-to-end", condition: str = "", target: float | None = None, steps: bool = True,
+           text: str = "", **fields) -> PrivacyReport:
+    """The `PrivacyReport` of the recorded steps; `scope` defaults to 'the composition of the recorded steps only'.
+    `target`: the calibrated ε reported, checked against the exact GDP composition; `steps`: notes start with the steps;
+    `text`: the report's method in words (default: the accountant's); `fields`: the report's other fields."""
     eps, d, how = self.epsilon(delta, method)
-    steps = "; ".join(f"{c} x {label} ({kind} {'z' if kind == 'gaussian' else 'eps'}={p:.4g})" for kind, p, c, label in self._active())
+    how = text or how
+    if target is not None:
+        exact = self.epsilon(delta, "gdp")[0]
+        if exact > target * (1 + 1e-9): raise RuntimeError(f"calibration failed: ε={exact:g} > {target:g}")
+        mu = 1 / _gdp_multiplier(self._active())
+        eps, fill = target, lambda s: s.format(exact=exact, mu=mu, rdp=self.epsilon(delta, "rdp")[0])
+        notes, how = fill(notes), fill(how)
+    listed = "; ".join(f"{c} x {label} ({kind} {'z' if kind == 'gaussian' else 'eps'}={p:.4g})" for kind, p, c, label in self._active())
     scope = scope or (f"the composition of the recorded steps only, {self.neighbouring} one {self.unit}; "
                       "anything computed outside them is not covered")
-    return PrivacyReport(released=tuple(self.released), unit=self.unit, epsilon=eps, delta=d, method=how, scope=scope,
-                         coverage=coverage, condition=condition, neighbouring=self.neighbouring,
-                         notes=f"neighbouring={self.neighbouring}; steps: {steps or 'none'}. {notes}".strip())
+    notes = f"neighbouring={self.neighbouring}; steps: {listed or 'none'}. {notes}".strip() if steps else notes
+    return PrivacyReport(**{**dict(released=tuple(self.released), unit=self.unit, epsilon=eps, delta=d, method=how, scope=scope,
+                         coverage=coverage, condition=condition, neighbouring=self.neighbouring, notes=notes), **fields})
+
+@dataclass(frozen=True)
+class Release:
+    "What a fit declares it released: dp_accounting events (label, event), how they compose, and the report's words."
+    events: tuple = ()         # (label, DpEvent) pairs; none: a report without a guarantee, from `fields` alone
+    accounting: str = "auto"   # the accountant's method ('pure', 'rdp', 'pld', 'gdp', 'auto')
+    fields: dict = field(default_factory=dict)   # unit, neighbouring, released, delta, target, steps, and the report's fields
+
+    def report(self) -> PrivacyReport:
+        "The `PrivacyReport`: one accountant composes the events (`Mechanism.fit` calls this)."
+        kw = dict(self.fields)
+        if not self.events: return PrivacyReport(**kw)
+        acc = PrivacyAccountant(kw.pop("unit", "rating"), kw.pop("neighbouring", "add_remove"), tuple(kw.pop("released", ("U", "V"))))
+        for label, event in self.events: acc.record(event, label)
+        return acc.report(method=self.accounting, text=kw.pop("method", ""), **kw)

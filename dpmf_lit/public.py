@@ -14,7 +14,8 @@ from .checks import Choice, Float, Fraction, Int, Positive, check_float
 from .data import Ratings
 from .kernels import als_sweep, to_csr
 from .mechanism import Factors, Mechanism, register_mechanism
-from .privacy import NEIGHBOURING, PrivacyAccountant, PrivacyReport, Unit, gaussian_epsilon, gaussian_release, gaussian_sigma_analytic
+from dp_accounting import GaussianDpEvent, SelfComposedDpEvent
+from .privacy import NEIGHBOURING, PrivacyReport, Release, Unit, gaussian_epsilon, gaussian_release, gaussian_sigma_analytic
 from .hua import clip_rows
 from .baselines import DPBiases, bias_sensitivity, item_offsets, public_mean, release_item_totals
 from .cards import Card, Contender, grid_of
@@ -127,26 +128,22 @@ DPBiasFeatures.card = Card(paper="public", notebook="13_public_features",
 
 # %% ../nbs/13_public_features.ipynb #e13c0028
 @patch
-def privacy_report(self: DPBiasFeatures, z1: float, z2: float, sigma: float) -> PrivacyReport:
-    "The end-to-end report of the one or two Gaussian releases: the target ε, after checking the composed releases do not exceed it."
+def privacy_events(self: DPBiasFeatures, train: Ratings, z1: float, z2: float, sigma: float) -> Release:
+    "The one or two Gaussian releases, end to end, reported at the target ε (the accountant checks their exact composition does not exceed it)."
     prior = math.isfinite(z2)
-    mu = math.sqrt(z1 ** -2 + (z2 ** -2 if prior else 0.0))
-    exact = gaussian_epsilon(1 / mu, self.delta)
-    if exact > self.epsilon * (1 + 1e-9): raise RuntimeError(f"calibration failed: ε={exact:g} > {self.epsilon:g}")
-    acc = PrivacyAccountant(unit="user", neighbouring=self.neighbouring, released=("item_bias",) + (("prior",) if prior else ()))
-    acc.gaussian(z1, 1, "item sums and counts")
-    if prior: acc.gaussian(z2, 1, "the users' clipped local coefficients, summed")
+    events = (("item sums and counts", GaussianDpEvent(z1)),) + ((("the users' clipped local coefficients, summed", GaussianDpEvent(z2)),) if prior else ())
     scope = ("the released item offsets" + (" and the prior θ̄" if prior else "") + "; m0, the item features and the parameters "
              "are public, and so is the user roster (its size divides the prior's sum); each user's intercept and weights are fitted on the user's device and never released; parameters "
              "chosen by looking at the data are not covered")
     notes = (f"item totals: one Gaussian on each user's <= {self.max_ratings} ratings (a random subset), sensitivity "
              f"{bias_sensitivity(self.max_ratings, self.neighbouring):.4g}, sigma {sigma:.4g}"
              + (f"; prior: sum of coefficients clipped to {self.max_norm:g}, z = {z2:.4g}" if prior else "")
-             + f"; Gaussian-DP mu = {mu:.4g}, exact epsilon {exact:.6g}")
-    rep = acc.report(self.delta, "rdp", notes, scope)
+             + "; Gaussian-DP mu = {mu:.4g}, exact epsilon {exact:.6g}")
     k = 2 if prior else 1
-    return replace(rep, epsilon=self.epsilon, method=f"{k} Gaussian release{'s' if k > 1 else ''} composed exactly in Gaussian DP "
-                   f"(Dong, Roth & Su 2019), analytic conversion (Balle & Wang 2018); the PrivacyAccountant's RDP bound: epsilon <= {rep.epsilon:.4g}")
+    return Release(events, "rdp", dict(unit="user", neighbouring=self.neighbouring, released=("item_bias",) + (("prior",) if prior else ()),
+                   delta=self.delta, target=self.epsilon, notes=notes, scope=scope,
+                   method=f"{k} Gaussian release{'s' if k > 1 else ''} composed exactly in Gaussian DP (Dong, Roth & Su 2019), "
+                          "analytic conversion (Balle & Wang 2018); the PrivacyAccountant's RDP bound: epsilon <= {rdp:.4g}"))
 
 # %% ../nbs/13_public_features.ipynb #e13c0029
 @patch
@@ -168,5 +165,5 @@ def _fit(self: DPBiasFeatures, train: Ratings, progress: bool = False) -> Factor
     W[:, :X.shape[1]] += theta[1:].astype(np.float32)
     a += np.float32(theta[0])
     history = [{"prior": theta.tolist()}] if math.isfinite(z2) else []     # the released prior, as the audit reads it
-    return Factors(W, V, a, c.astype(np.float32), m0, history, privacy=self.privacy_report(z1, z2, sigma),
+    return Factors(W, V, a, c.astype(np.float32), m0, history, privacy=self.privacy_events(train, z1, z2, sigma),
                    params={"mean": m0})

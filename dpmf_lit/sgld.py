@@ -16,7 +16,7 @@ from numba import njit, prange
 from tqdm.auto import tqdm
 from .checks import Check, Choice, Float, Int, Positive, check_choice, check_int, check_positive, check_unit_interval, show
 from .data import Ratings
-from .privacy import NEIGHBOURING, Unit
+from .privacy import NEIGHBOURING, PureDpEvent, Release, Unit
 from .kernels import (_GOLDEN, _JIT, _below, _mix64, PREFETCH_AHEAD, als_sweep, fresh_normals, numba_threads,
                               predict_kernel, prefetch_item, prefetch_row, prepare_sgd_blocks, stratum_block, to_csr)
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
@@ -368,7 +368,7 @@ def _fit(self: SGLD, train: Ratings, progress: bool = False,
             if on_epoch is not None: on_epoch(t, U, V, b, c)
             history.append(rec)
     U, b = local_user_fit(train, V, c, p["mu"], self.reg_local)
-    return Factors(U, V, b, c, p["mu"], history, _sgld_report(self, p, w), params=_public(p))
+    return Factors(U, V, b, c, p["mu"], history, self.privacy_events(train, p=p, w=w), params=_public(p))
 
 # %% ../nbs/07_sgld.ipynb #9efc508c
 def _rmse(U, V, b, c, mu, r: Ratings) -> float:
@@ -404,8 +404,9 @@ def _audit_note() -> str:
     except (FileNotFoundError, ValueError, KeyError, TypeError, AttributeError):
         return "SGLD approximation not audited in this results file"
 
-def _sgld_report(self: SGLD, p: dict, w: np.ndarray) -> PrivacyReport:
-    "User-level report: exact-sampling guarantee, the constant used, the personalized range, the audit."
+@patch
+def privacy_events(self: SGLD, train: Ratings, p: dict, w: np.ndarray) -> Release:
+    "What the fit releases: V, one posterior sample, at the largest user's w_i ε, if it were exact; the constant used, the audit."
     eps_w = personalized_user_epsilon(w, self.epsilon)    # w_i * epsilon: the weight belongs to the user's slot (§2)
     K = {("paper", "replace"): "4B (the paper's, two-sided)", ("paper", "add_remove"): "2B (two-sided)",
          ("derived", "replace"): "2B (derived, one-sided loss)", ("derived", "add_remove"): "B (derived, one-sided loss)"}[self.constant, self.neighbouring]
@@ -416,10 +417,11 @@ def _sgld_report(self: SGLD, p: dict, w: np.ndarray) -> PrivacyReport:
              + ("per-user ε_i = w_i·ε for public weights fixed to the user's slot; " if self.weights is not None else "")
              + f"{_audit_note()}; V is released with the item biases c, U and b are not (each user fits them locally); "
              "the per-epoch training history and hyperparameters tuned on the data are not covered")
-    return PrivacyReport(released=("V",), unit="user", epsilon=float(eps_w.max()), delta=0.0, neighbouring=self.neighbouring,
+    return Release((("one posterior sample", PureDpEvent(float(eps_w.max()))),), "pure", dict(steps=False,
+                         released=("V",), unit="user", delta=0.0, neighbouring=self.neighbouring,
                          coverage="conditional", condition="if V were an exact posterior sample (the release is an SGLD "
                          f"iterate{' drawn with a reused Gaussian table' if self.noise == 'table' else ''}: no ε is certified for the chain run)",
-                         method="one posterior sample (Wang et al. 2015) by SGLD", notes=notes, scope=scope)
+                         method="one posterior sample (Wang et al. 2015) by SGLD", notes=notes, scope=scope))
 
 # %% ../nbs/07_sgld.ipynb #53f0687d
 def bench_epoch(r: Ratings,               # the ratings

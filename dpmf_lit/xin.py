@@ -14,7 +14,8 @@ from numba import njit
 from tqdm.auto import tqdm
 from . import checks
 from .checks import Choice, Float, Int, Positive
-from .privacy import Unit
+from dp_accounting import SelfComposedDpEvent
+from .privacy import PureDpEvent, Release, Unit
 from .data import Ratings
 from .mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
 from .cards import Card, Contender, grid_of
@@ -269,26 +270,28 @@ def _users(self: XinPublicPrivate, train: Ratings) -> tuple[np.ndarray, np.ndarr
     return pub, (rest if self.n_private is None else rest[:self.n_private])
 
 @patch
-def report(self: XinPublicPrivate, m: int) -> PrivacyReport:
-    "The report: ε only for the Laplace baseline; deniability is not DP."
+def privacy_events(self: XinPublicPrivate, train: Ratings, m: int) -> Release:
+    "What the private users release: ε only for the Laplace baseline (m ε-DP entries) and the sampler; deniability is not DP."
     base = ("public users' ratings are released to the server in full (no protection); by the paper's design who is public "
             "and who responds is chosen from the users' rating counts, so n_public, n_responses and the history's counts "
             "are not covered, nor the weight chosen on the public users' held-out ratings and its validation scores")
     covered = dict(coverage="conditional", condition="for the private users only (public users' ratings go to the server in full)",
                    neighbouring="replace")
     if self.mode == "laplace":
-        return PrivacyReport(released=("V",), unit="user", epsilon=m * self.epsilon, delta=0.0, **covered, method=
+        return Release((("Laplace entries", SelfComposedDpEvent(PureDpEvent(self.epsilon), m)),), "pure", dict(
+            steps=False, released=("V",), unit="user", delta=0.0, **covered, method=
             f"Laplace on each entry of the clipped completed vector, scale Δ/ε with ε={self.epsilon:g} per entry; m={m} entries",
-            scope=f"local DP of each responding private user's whole vector (m·ε); {base}")
+            scope=f"local DP of each responding private user's whole vector (m·ε); {base}"))
     if self.mode == "sslp":
-        return PrivacyReport(released=("V",), unit="user", epsilon=self.epsilon, delta=0.0, **covered, method=
+        return Release((("l-infinity sampler", PureDpEvent(self.epsilon)),), "pure", dict(
+            steps=False, released=("V",), unit="user", delta=0.0, **covered, method=
             f"Duchi et al.'s l-infinity sampler on the clipped centred completed vector (eps={self.epsilon:g}, B = half the rating range)",
-            scope=f"local DP of each responding private user's whole completed vector, hence of all their ratings given the server's (mu, V); {base}")
+            scope=f"local DP of each responding private user's whole completed vector, hence of all their ratings given the server's (mu, V); {base}"))
     what = {"local": "private users release nothing (Eq. 4 on the device)",
             "pmd": "element-wise deniability (Def. 4.1), not DP: each released coordinate is uniform on the scale",
             "pmc": "element-wise deniability (Def. 4.1), not DP: each released coordinate is ±h; the signs of r − μ and h are revealed",
             "exact": "not private: the exact second order a(r − μ) is released", "full-em": "not private: private ratings join the EM"}[self.mode]
-    return PrivacyReport(released=("V",), method=what, scope=base, notes=f"{what}; {base}; no differential-privacy guarantee")
+    return Release(fields=dict(released=("V",), method=what, scope=base, notes=f"{what}; {base}; no differential-privacy guarantee"))
 
 # %% ../nbs/08_public_private.ipynb #fd28a436
 @patch
@@ -360,7 +363,7 @@ def _fit(self: XinPublicPrivate, train: Ratings, progress: bool = False) -> Fact
     mu, V, history = self._run(rows, m, pub, priv, weight, scale, lo, hi, progress)
     Uall = e_step(V, mu, rows, np.arange(train.n_users), self.reg)
     return Factors(U=Uall, V=V, user_bias=np.zeros(train.n_users), item_bias=mu, mean=0.0, history=history,
-                   privacy=self.report(m), params=dict(n_public=len(pub), n_responses=len(priv) if self.mode != "local" else 0,
+                   privacy=self.privacy_events(train, m), params=dict(n_public=len(pub), n_responses=len(priv) if self.mode != "local" else 0,
                                                        weight=weight, validation=scores))
 
 # %% ../nbs/08_public_private.ipynb #03c38a37

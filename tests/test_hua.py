@@ -141,7 +141,7 @@ def test_hua_mechanism_end_to_end(split):
     mae = lambda model: float(np.abs(te.rating - model.predict_codes(te.user, te.item)).mean())
     errs = [mae(HuaDPMF(epsilon=e, d=5, seed=0).fit(tr, U=pmf.U)) for e in (0.05, 1.0, 1e9)]
     assert errs[0] > errs[1] > errs[2]
-    assert HuaDPMF(epsilon=1.0, noise_multiplier=2.0).report(tr).epsilon == 0.5
+    assert HuaDPMF(epsilon=1.0, noise_multiplier=2.0).privacy_events(tr).report().epsilon == 0.5
     assert get_mechanism("hua") is HuaDPMF
 
 
