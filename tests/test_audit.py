@@ -2,10 +2,10 @@
 import json, math, subprocess, sys
 import numpy as np
 import pytest
-from dpmf_lit.audit import (AUDITS, BATCH, PAIRS, audit, audit_status, audited_clause, control, epsilon_bound, neighbours,
+from dpmf_lit.studies.audit import (AUDITS, BATCH, PAIRS, audit, audit_status, audited_clause, control, epsilon_bound, neighbours,
                             PAPER_AUDITS, sync_papers_table)
-from dpmf_lit.mechanism import get_mechanism, mechanisms
-from dpmf_lit.results import load_record
+from dpmf_lit.model.mechanism import get_mechanism, mechanisms
+from dpmf_lit.batch.results import load_record
 
 
 def test_the_bound_holds_for_a_laplace_mechanism_and_catches_too_little_noise():
@@ -75,7 +75,7 @@ def test_a_pair_the_guarantee_does_not_cover_is_refused():
 
 def test_per_rating_streams_are_fixed_only_where_every_rating_stays(monkeypatch):
     "dp-bias fixes its sampling stream on the value pair, not on the absent one (a removed rating would shift the others' draws)."
-    import dpmf_lit.audit as A
+    import dpmf_lit.studies.audit as A
     seen = []
     real = A.run_releases
     def spy(*a, fixed=(), **k): seen.append(tuple(fixed)); return real(*a, fixed=fixed, **k)
@@ -115,7 +115,7 @@ def test_record_and_papers_table_agree(tmp_path):
 
 
 def test_cli_audit(tmp_path):
-    run = lambda *a: subprocess.run([sys.executable, "-m", "dpmf_lit.cli", "audit", *a], capture_output=True, text=True)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main.main", "audit", *a], capture_output=True, text=True)
     ok = run("dp-pmf", "--runs", "200", "--no-progress", "--json")
     assert ok.returncode == 0, ok.stderr
     rec = json.loads(ok.stdout)

@@ -1,4 +1,4 @@
-"""A reader sees the results: the paper notebooks are stored with their outputs (`dpmf_lit.outputs`).
+"""A reader sees the results: the paper notebooks are stored with their outputs (`dpmf_lit.batch.outputs`).
 
 The stored outputs are current (the stamps of figures/outputs.json match the code, the records quoted and the
 outputs in the files), every cell that quotes a number or shows a table has an output — in the notebook, as
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from dpmf_lit import outputs, site
-from dpmf_lit.provenance import _VERSIONED, versions
-from dpmf_lit.settings import load_settings
+from dpmf_lit.batch.provenance import _VERSIONED, versions
+from dpmf_lit.core.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = load_settings(ROOT / "settings.ini")
@@ -41,7 +41,7 @@ def test_stored_outputs_are_current():
 def test_every_notebook_that_quotes_results_is_a_paper_notebook():
     quoting = sorted(p.stem for p in (ROOT / "nbs").glob("0*.ipynb") if re.search(r"\bquotes?\(", p.read_text()))
     assert quoting and set(quoting) <= set(outputs.PAPER_NOTEBOOKS), \
-        f"{sorted(set(quoting) - set(outputs.PAPER_NOTEBOOKS))} quote results but are not in dpmf_lit.outputs.PAPER_NOTEBOOKS"
+        f"{sorted(set(quoting) - set(outputs.PAPER_NOTEBOOKS))} quote results but are not in dpmf_lit.batch.outputs.PAPER_NOTEBOOKS"
 
 
 # --- which cells must show something ---

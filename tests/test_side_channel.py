@@ -5,11 +5,11 @@ import dataclasses, json
 import numpy as np
 import pytest
 
-from dpmf_lit.audit import declared_pair, neighbours
+from dpmf_lit.studies.audit import declared_pair, neighbours
 from dpmf_lit.data import Ratings
-from dpmf_lit.mechanism import mechanisms
-from dpmf_lit.privacy import GROUP_CLAUSE, TIME_CLAUSE
-from dpmf_lit.synthetic import synthetic
+from dpmf_lit.model.mechanism import mechanisms
+from dpmf_lit.core.privacy import GROUP_CLAUSE, TIME_CLAUSE
+from dpmf_lit.data.synthetic import synthetic
 
 GUARANTEED = {"dp-bias", "dp-bias-features", "user-features", "user-mean", "dpals", "hua", "hua-protocol", "dp-pmf",
               "pdp-pmf", "gauss", "sgld", "xin"}
@@ -108,7 +108,7 @@ def _write(path, R):
 @pytest.mark.parametrize("name", sorted(GUARANTEED))
 def test_cli_json_prints_nothing_data_dependent(name, tmp_path, monkeypatch):
     "`dpmf fit --json` on the declared pair (same file name, same split): only the fields it names as not covered differ."
-    from dpmf_lit.cli import NOT_COVERED, fit_report
+    from dpmf_lit.cli.main.main import NOT_COVERED, fit_report
     cls = mechanisms()[name]
     rep = make(cls).fit(neighbours("value")[0]).privacy
     pair = {"absent": "value", "user-absent": "user"}.get(declared_pair(rep), declared_pair(rep))   # equal sizes: the same split
