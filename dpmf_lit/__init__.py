@@ -52,3 +52,17 @@ Modules:
 - `dpmf_lit.studies.reference_engines`: The two libraries the benchmark measures against, each timed as a whole fit and run in a child process that cannot stop the benchmark."""
 
 __version__ = "0.0.1"
+
+# The names a newcomer starts from, importable from the top (`from dpmf_lit import load_dataset, get_mechanism`); each
+# module is imported on first use, so `import dpmf_lit` stays cheap. Everything else lives in its layer folder.
+_API = {"Ratings": "data", "load_dataset": "data", "random_split": "data",
+        "Mechanism": "model.mechanism", "FittedModel": "model.mechanism", "get_mechanism": "model.mechanism",
+        "mechanisms": "model.mechanism", "register_mechanism": "model.mechanism",
+        "PrivacyReport": "core.privacy", "PrivacyAccountant": "core.privacy", "evaluate": "model.mf"}
+
+def __getattr__(name):
+    if name not in _API: raise AttributeError(f"module 'dpmf_lit' has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(f"dpmf_lit.{_API[name]}"), name)
+
+def __dir__(): return sorted([*globals(), *_API])

@@ -115,7 +115,7 @@ def test_record_and_papers_table_agree(tmp_path):
 
 
 def test_cli_audit(tmp_path):
-    run = lambda *a: subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main.main", "audit", *a], capture_output=True, text=True)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main", "audit", *a], capture_output=True, text=True)
     ok = run("dp-pmf", "--runs", "200", "--no-progress", "--json")
     assert ok.returncode == 0, ok.stderr
     rec = json.loads(ok.stdout)

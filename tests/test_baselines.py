@@ -36,13 +36,13 @@ def split():
 
 @pytest.mark.parametrize("name", sorted(REFERENCE))
 def test_reference_rmse_on_the_cli_split(name, ml100k):
-    from dpmf_lit.cli.main.main import fit_report
+    from dpmf_lit.cli.main import fit_report
     got = fit_report(name, "ml-100k", {}, 0.2, 0)
     assert got["n_test"] == len(ml100k[1]) and abs(got["rmse"] - REFERENCE[name]) <= 0.005, (name, got["rmse"])
 
 
 def test_fit_report_is_the_notebooks_split(ml100k):
-    from dpmf_lit.cli.main.main import fit_report
+    from dpmf_lit.cli.main import fit_report
     train, test = ml100k
     assert math.isclose(fit_report("dp-bias", "ml-100k", {"epsilon": 1.0, "seed": 0}, 0.2, 0)["rmse"],
                         evaluate(DPBiases(epsilon=1.0, seed=0).fit(train), test)["rmse"], rel_tol=1e-12)
@@ -188,7 +188,7 @@ def test_dp_bias_sits_between_releasing_nothing_and_the_exact_biases(ml100k):
 # ---------------------------------------------------------------- the command line
 
 def _dpmf(*args):
-    cmd = [str(BIN)] if BIN.exists() else [sys.executable, "-c", "import sys; from dpmf_lit.cli.main.main import main; sys.exit(main())"]
+    cmd = [str(BIN)] if BIN.exists() else [sys.executable, "-c", "import sys; from dpmf_lit.cli.main import main; sys.exit(main())"]
     return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=600, env={**os.environ, "MPLBACKEND": "Agg"})
 
 

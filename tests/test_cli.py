@@ -9,8 +9,8 @@ SMALL = "synthetic:n_users=300,n_items=200,n_ratings=10000"
 
 
 def dpmf(*args, cwd=None, env=None):
-    "Run the installed console script (or `dpmf_lit.cli.main.main.main` in a fresh interpreter without one)."
-    cmd = [str(BIN)] if BIN.exists() else [sys.executable, "-c", "import sys; from dpmf_lit.cli.main.main import main; sys.exit(main())"]
+    "Run the installed console script (or `dpmf_lit.cli.main.main` in a fresh interpreter without one)."
+    cmd = [str(BIN)] if BIN.exists() else [sys.executable, "-c", "import sys; from dpmf_lit.cli.main import main; sys.exit(main())"]
     return subprocess.run(cmd + [str(a) for a in args], capture_output=True, text=True, timeout=600, cwd=cwd,
                           env={**os.environ, "MPLBACKEND": "Agg", **(env or {})})
 
@@ -237,7 +237,7 @@ def test_user_error_is_exit_2(monkeypatch, capsys):
 
 def test_bench_rank_option_is_not_mistaken_for_a_global_abbreviation(capsys):
     "`--d` (the bench's ranks) once failed as an ambiguous prefix of the global --data-dir/--debug."
-    from dpmf_lit.cli.main.main import build_parser
+    from dpmf_lit.cli.main import build_parser
     args = build_parser().parse_args(["bench", "--quick", "--d", "8", "16"])
     assert args.ds == [8, 16]
 
@@ -330,7 +330,7 @@ def test_compile_time_is_reported_apart(tmp_path):
     rep = json.loads(dpmf("fit", "pmf", "--dataset", SMALL, "--json").stdout)
     assert 0 <= rep["compile_seconds"] <= rep["fit_seconds"]
     from numba import njit
-    from dpmf_lit.cli.main.main import numba_compile_seconds
+    from dpmf_lit.cli.main import numba_compile_seconds
     @njit
     def twice(x): return 2 * x
     with numba_compile_seconds() as first: twice(1.5)
@@ -395,5 +395,5 @@ def test_a_folder_where_a_data_file_belongs(tmp_path):
 
 
 def test_python_m_runs_the_command():
-    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main.main", "fit", "pmf", "--help"], capture_output=True, text=True, timeout=300)
+    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main", "fit", "pmf", "--help"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and p.stdout.startswith("usage: dpmf fit pmf"), p.stderr

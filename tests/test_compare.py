@@ -93,12 +93,12 @@ def test_readme_first_section_is_generated_from_the_committed_record():
     (["--epsilons", "1,-2"], "--epsilons"), (["--seeds", "0"], "--seeds"), (["--dataset", " "], "--dataset"),
     (["--dataset", "/no/such/ratings.dat"], "/no/such/ratings.dat"), (["--profile", "smoke", "--out", "/proc/x/y"], "--out")])
 def test_bad_compare_arguments_are_refused_before_any_work(args, named):
-    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main.main", "compare", "--no-progress", *args], capture_output=True, text=True, timeout=120)
+    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main", "compare", "--no-progress", *args], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "dpmf: error:" in p.stderr and named in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 
 def test_a_bad_unit_is_refused_by_the_command_line():
-    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main.main", "compare", "--unit", "household"], capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main", "compare", "--unit", "household"], capture_output=True, text=True)
     assert p.returncode == 2 and "dpmf: error:" in p.stderr and "household" in p.stderr
 
 
@@ -107,7 +107,7 @@ def test_dpmf_compare_smoke_writes_its_own_record_and_figures_not_the_committed_
     from dpmf_lit.core.settings import load_settings
     results = load_settings().results_file
     before, figs = results.read_bytes(), {p: p.read_bytes() for p in (results.parent / "compare").glob("*.png")}
-    cmd = [sys.executable, "-m", "dpmf_lit.cli.main.main", "compare", "--profile", "smoke", "--build-dir", str(tmp_path / "b"),
+    cmd = [sys.executable, "-m", "dpmf_lit.cli.main", "compare", "--profile", "smoke", "--build-dir", str(tmp_path / "b"),
            "--no-progress", "--json", "--unit", "user"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -170,7 +170,7 @@ def test_the_committed_record_is_shown_not_recomputed_in_a_fresh_build_folder(tm
     from dpmf_lit.core.settings import load_settings
     results = load_settings().results_file
     before = results.read_bytes()
-    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main.main", "compare", "--build-dir", str(tmp_path / "b"), "--unit", "user", "--json"],
+    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main", "compare", "--build-dir", str(tmp_path / "b"), "--unit", "user", "--json"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "shown, not recomputed" in p.stderr and not (tmp_path / "b" / "quick").exists()
@@ -187,7 +187,7 @@ def test_dpmf_compare_on_a_movielens_file_it_never_saw_writes_apart(tmp_path):
     f = tmp_path / "ratings.dat"; f.write_text("\n".join(lines) + "\n")
     results = load_settings().results_file
     before = results.read_bytes()
-    cmd = [sys.executable, "-m", "dpmf_lit.cli.main.main", "compare", "--dataset", str(f), "--epsilons", "1", "--seeds", "2", "--splits", "2",
+    cmd = [sys.executable, "-m", "dpmf_lit.cli.main", "compare", "--dataset", str(f), "--epsilons", "1", "--seeds", "2", "--splits", "2",
            "--out", str(tmp_path / "out"), "--no-progress", "--json"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]

@@ -321,7 +321,7 @@ def test_hua_protocol_mechanism_and_cli_report(split):
     with pytest.raises(ValueError, match="fewer than k=2 raters"): HuaProtocol(d=4, epochs=2).fit(few)
     dropped = HuaProtocol(d=4, epochs=5, sparse_items="drop").fit(few)
     assert not dropped.V[[3, 4]].any() and dropped.V.shape == (tr.n_items, 4) and dropped.V[0].any()
-    from dpmf_lit.cli.main.main import fit_report
+    from dpmf_lit.cli.main import fit_report
     rep = fit_report("hua", "synthetic:n_users=200,n_items=100,n_ratings=5000", {"epsilon": 1.0, "d": 4})
     assert rep["privacy"]["epsilon"] == 1.0 and rep["privacy"]["released"] == ["V"] and rep["rmse"] > 0
 

@@ -365,7 +365,7 @@ def test_load_file_attaches_a_users_file(tmp_path):
 # ---------------------------------------------------------------- the command line
 
 def dpmf(*args):
-    cmd = [str(BIN)] if BIN.exists() else [sys.executable, "-c", "import sys; from dpmf_lit.cli.main.main import main; sys.exit(main())"]
+    cmd = [str(BIN)] if BIN.exists() else [sys.executable, "-c", "import sys; from dpmf_lit.cli.main import main; sys.exit(main())"]
     return subprocess.run(cmd + [str(a) for a in args], capture_output=True, text=True, timeout=600,
                           env={**os.environ, "MPLBACKEND": "Agg"})
 

@@ -215,7 +215,7 @@ def test_a_new_mechanism_module_is_fitted_listed_and_tested(tmp_path):
     before = _git_status(root)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
     dpmf = Path(sys.executable).parent / "dpmf"
-    cli = [str(dpmf)] if dpmf.exists() else [sys.executable, "-c", "import sys; from dpmf_lit.cli.main.main import main; sys.exit(main())"]
+    cli = [str(dpmf)] if dpmf.exists() else [sys.executable, "-c", "import sys; from dpmf_lit.cli.main import main; sys.exit(main())"]
     run = lambda args, **kw: subprocess.run(args, capture_output=True, text=True, timeout=600, env=env, **kw)
     try:
         module.write_text(TEMPLATE.format(name=name))

@@ -80,7 +80,7 @@ def clone(tmp_path_factory):
 def _dpmf(cwd, *args, timeout=600):
     env = {**os.environ, "PYTHONPATH": str(cwd), "MPLBACKEND": "Agg"}
     env = {k: v for k, v in env.items() if not k.startswith("DPMF_")}
-    return subprocess.run([sys.executable, "-c", "import sys; from dpmf_lit.cli.main.main import main; sys.exit(main())", *args], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-c", "import sys; from dpmf_lit.cli.main import main; sys.exit(main())", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 

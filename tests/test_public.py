@@ -105,7 +105,7 @@ def test_dpals_with_public_features_keeps_its_report_and_default(data):
 
 
 def test_command_line_user_features_prints_a_zero_report():
-    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main.main", "fit", "user-features", "--dataset", "ml-100k", "--json"],
+    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main", "fit", "user-features", "--dataset", "ml-100k", "--json"],
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
     out = json.loads(p.stdout)

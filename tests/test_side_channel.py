@@ -108,7 +108,7 @@ def _write(path, R):
 @pytest.mark.parametrize("name", sorted(GUARANTEED))
 def test_cli_json_prints_nothing_data_dependent(name, tmp_path, monkeypatch):
     "`dpmf fit --json` on the declared pair (same file name, same split): only the fields it names as not covered differ."
-    from dpmf_lit.cli.main.main import NOT_COVERED, fit_report
+    from dpmf_lit.cli.main import NOT_COVERED, fit_report
     cls = mechanisms()[name]
     rep = make(cls).fit(neighbours("value")[0]).privacy
     pair = {"absent": "value", "user-absent": "user"}.get(declared_pair(rep), declared_pair(rep))   # equal sizes: the same split
