@@ -14,6 +14,7 @@ Modules:
 - `dpmf_lit.core.grouping`: A counting sort that groups the ratings by user or by item, and the one per-user trimming every private mechanism shares: at most τ ratings of each user, a uniformly random subset or the τ of lowest priority, in one pass.
 - `dpmf_lit.core.kernels`: The numba kernels that minimise the PMF objective of `dpmf_lit.model.mf`: serial and block-parallel SGD with software prefetch, full-batch gradient descent, alternating least squares and prediction, each under its formula and checked against a plain numpy reference.
 - `dpmf_lit.core.machine`: What the machine can do, measured in the process that runs the engines: caches, memory bandwidth, random row access, the compute ceiling of its cores, and its load.
+- `dpmf_lit.core.metrics`: Root mean squared error and mean absolute error, the empirical CDF of the absolute errors and the mean increase of the error over a baseline: the numbers that score every fit, on arrays alone.
 - `dpmf_lit.core.privacy`: Noise samplers, the Laplace, Gaussian and analytic-Gaussian mechanisms, L2-Laplace noise, Rényi-DP and PLD accounting, and a small accountant that writes the privacy report.
 - `dpmf_lit.core.settings`: The reproduction's own settings: where data, figures and build outputs live, which profile the batch runs, how many jobs, and where each data set comes from.
 - `dpmf_lit.core.stats`: The tests every paper's checks share: a sample against its law, independence, uniformity on Z_P, and exact binomial bounds for audits.

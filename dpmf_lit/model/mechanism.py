@@ -10,6 +10,7 @@ import difflib, functools, importlib, importlib.util, inspect, math, os, pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
+from ..core.metrics import rms
 from fastcore.basics import patch
 from fastcore.docments import docments
 from ..core.checks import Check, check_bool, show
@@ -367,7 +368,7 @@ def _check_extra(mech: Mechanism, extra: dict):
 
 def _rmse(model: "FittedModel", data: Ratings) -> float:
     err = model.predict_codes(data.user, data.item).astype(np.float64) - data.rating
-    return float(np.sqrt(np.mean(err * err)))
+    return rms(err)
 
 # %% ../../nbs/01b_mechanism.ipynb #bee29422
 def _hint(mech: Mechanism, p: dict) -> str:

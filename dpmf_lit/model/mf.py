@@ -15,6 +15,7 @@ from tqdm import tqdm
 from ..core.checks import Bool, Choice, Float, Int, Positive, check_choice, check_int, show
 from ..data import Ratings
 from ..core.machine import cache_sizes
+from ..core.metrics import error_cdf, error_summary, mae, mean_error_increase, rms, rmse  # noqa: F401
 from typing import NamedTuple
 from ..core.kernels import (PREFETCH_AHEAD, SGDBlocks, als_sweep, gd_step, mf_gradient, numba_threads, predict_kernel,  # noqa: F401
                               prefetch_item, prefetch_row, prepare_sgd_blocks, sgd_epoch, sgd_epoch_parallel, to_csr)
@@ -22,51 +23,9 @@ from .mechanism import (MECHANISMS, Factors, FittedModel, Mechanism, PrivacyRepo
                                 get_mechanism, mechanisms, register_mechanism)
 
 # %% auto #0
-__all__ = ['L2_FALLBACK', 'MIN_VISIT', 'rmse', 'mae', 'error_cdf', 'mean_error_increase', 'error_summary', 'evaluate', 'PMF',
-           'LocalGrid', 'local_grid', 'cache_blocks']
+__all__ = ['L2_FALLBACK', 'MIN_VISIT', 'evaluate', 'PMF', 'LocalGrid', 'local_grid', 'cache_blocks']
 
 # %% ../../nbs/01_mf.ipynb #a3b08c44
-def _pair(y, yhat):
-    y, yhat = np.asarray(y, np.float64), np.asarray(yhat, np.float64)
-    if y.shape != yhat.shape: raise ValueError(f"y and yhat must have the same shape; got {y.shape} and {yhat.shape}")
-    if y.size == 0: raise ValueError("y is empty: no ratings to score")
-    return y, yhat
-
-def rmse(y, yhat) -> float:
-    "Root mean squared error."
-    y, yhat = _pair(y, yhat)
-    return float(np.sqrt(np.mean((y - yhat) ** 2)))
-
-def mae(y, yhat) -> float:
-    "Mean absolute error."
-    y, yhat = _pair(y, yhat)
-    return float(np.mean(np.abs(y - yhat)))
-
-def error_cdf(y, yhat, r_max: float, n_points: int = 101):
-    "Empirical CDF of |y - yhat| on `n_points` equally spaced points of [0, r_max]: (x, F(x))."
-    y, yhat = _pair(y, yhat)
-    if not r_max > 0: raise ValueError(f"r_max={r_max} must be > 0")
-    if n_points < 2: raise ValueError(f"n_points={n_points} must be >= 2")
-    x = np.linspace(0.0, float(r_max), n_points)
-    err = np.sort(np.abs(y - yhat))
-    return x, np.searchsorted(err, x, side="right") / err.size
-
-# %% ../../nbs/01_mf.ipynb #73a5a31a
-def mean_error_increase(abs_err, abs_err_baseline) -> float:
-    "Mean of |error| minus mean of baseline |error| on the same test ratings (> 0: worse than baseline)."
-    a, b = _pair(abs_err, abs_err_baseline)
-    if (a < 0).any() or (b < 0).any(): raise ValueError("abs_err and abs_err_baseline must be absolute errors (>= 0)")
-    return float(a.mean() - b.mean())
-
-def error_summary(y, yhat, within=(0.5, 1.0), digits: int | None = None) -> dict:
-    """RMSE, MAE, median absolute error and, for each bound w in `within`, the share of absolute errors
-    <= w (key `within_{w:g}`): the numbers the error-CDF figures report. Rounded to `digits` if given."""
-    y, yhat = _pair(y, yhat)
-    err = np.abs(y - yhat)
-    out = {"rmse": rmse(y, yhat), "mae": mae(y, yhat), "median_abs_error": float(np.median(err)),
-           **{f"within_{w:g}": float(np.mean(err <= w)) for w in within}}
-    return out if digits is None else {k: round(v, digits) for k, v in out.items()}
-
 def evaluate(model, test: Ratings) -> dict:
     "RMSE, MAE and size of `test` under `model.predict`."
     yhat = model.predict_codes(test.user, test.item)

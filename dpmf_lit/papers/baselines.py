@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 import numpy as np
+from ..core.metrics import rms
 from fastcore.basics import patch
 from ..core.checks import Choice, Float, Fraction, Int, Positive, check_choice, check_int, show
 from ..data import Ratings
@@ -118,7 +119,7 @@ def als_biases(train: Ratings, mu: float, reg: float, epochs: int) -> tuple[np.n
         b = ridge_offsets(train.user, r - c[train.item], train.n_users, reg)
         c = ridge_offsets(train.item, r - b[train.user], train.n_items, reg)
         e = r - b[train.user] - c[train.item]
-        history.append(dict(epoch=t + 1, train_rmse=float(np.sqrt(np.mean(e * e))), objective=float(e @ e + reg * (b @ b + c @ c))))
+        history.append(dict(epoch=t + 1, train_rmse=rms(e), objective=float(e @ e + reg * (b @ b + c @ c))))
     return b, c, history
 
 @register_mechanism("bias")

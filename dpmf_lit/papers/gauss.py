@@ -8,6 +8,7 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/gaussian_mf.html.md"""
 from __future__ import annotations
 import math, time
 import numpy as np
+from ..core.metrics import rms
 from fastcore.basics import patch
 from numba import njit
 from scipy import optimize, sparse
@@ -278,7 +279,7 @@ def _fit(self: GaussMF, train: Ratings, progress: bool = False, valid: Ratings |
 def heldout_rmse(X, T, test: Ratings) -> float:
     "RMSE of ⟨x_i, θ_j⟩ on `test`, clipped to the rating range as `FittedModel.predict` does."
     p = np.clip(np.einsum("kd,kd->k", X[test.item], T[test.user]), test.rating_min, test.rating_max)
-    return float(np.sqrt(np.mean((p - test.rating) ** 2)))
+    return rms(p - test.rating)
 
 # %% ../../nbs/06_gaussian_mf.ipynb #678bc597
 def neighbour_sensitivity(mech: GaussMF,   # the mechanism (its variant, clip, normalize, μ, λ, C, seed are used)

@@ -8,6 +8,7 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/public_private.html.md"""
 from __future__ import annotations
 import math, time
 import numpy as np
+from ..core.metrics import rms
 from fastcore.basics import patch
 from scipy.sparse.linalg import svds
 from numba import njit
@@ -334,7 +335,7 @@ def _validate(self: XinPublicPrivate, rows, m, pub, priv, scale, lo, hi, progres
     for w in tqdm(WEIGHTS, desc="xin weight", disable=not progress):
         mu, V, _ = self._run(fit_rows, m, pub, priv, w, scale, lo, hi)
         U = e_step(V, mu, fit_rows, users, self.reg)
-        scores[w] = float(np.sqrt(np.mean((mu[hj] + np.einsum("kd,kd->k", U[pos], V[hj]) - hr) ** 2)))
+        scores[w] = rms(mu[hj] + np.einsum("kd,kd->k", U[pos], V[hj]) - hr)
     return min(scores, key=scores.get), scores
 
 # %% ../../nbs/08_public_private.ipynb #c4a9576f

@@ -8,6 +8,7 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/reference_engines.html.md"""
 from __future__ import annotations
 import contextlib, io, statistics, time, warnings
 import numpy as np
+from ..core.metrics import rms
 from ..core.machine import time_call
 
 # %% auto #0
@@ -18,7 +19,7 @@ def sample_rmse(r, predict, n: int = 20_000, seed: int = 0) -> float:
     "Training RMSE on a fixed sample of at most n ratings: a sanity check that an engine really trained."
     idx = np.random.default_rng(seed).choice(len(r), min(n, len(r)), replace=False)
     yhat = np.asarray(predict(r.user[idx], r.item[idx]), np.float64)
-    return float(np.sqrt(np.mean((r.rating[idx] - yhat) ** 2)))
+    return rms(r.rating[idx] - yhat)
 
 # %% ../../nbs/91b_reference_engines.ipynb #a1a140a5
 def _marginal(n: int, epochs: int, t_E: list, t_1: list, c_E: list, c_1: list) -> dict:
