@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dpmf_lit.studies.compare import (CONTENDERS, INDEX_HEADING, RELEASE_NOTHING, Contender, _grid, answer, compare_epsilons, comparison_record,
-                              comparison_table, index_block, margin_interval, public_standin, run_contender, three_way_split, verdict)
+                              comparison_table, index_block, margin_interval, public_standin, run_contender, three_way_split, margin_verdict)
 from dpmf_lit.data import synthetic
 from dpmf_lit.model.mf import evaluate
 
@@ -148,8 +148,8 @@ def test_public_tuning_reads_no_private_rating(data):
 
 
 def test_verdicts_read_the_interval_not_the_mean():
-    assert verdict(0.001, 0.02) == "beats" and verdict(-0.02, -0.001) == "loses to"
-    assert verdict(-0.0004, 0.0011) == "indistinguishable from" and verdict(None, None) == "failed"
+    assert margin_verdict(0.001, 0.02) == "beats" and margin_verdict(-0.02, -0.001) == "loses to"
+    assert margin_verdict(-0.0004, 0.0011) == "indistinguishable from" and margin_verdict(None, None) == "failed"
 
 
 def test_margin_interval_over_splits_widens_with_the_splits_luck():

@@ -113,3 +113,20 @@ def test_the_rules_catch_what_they_forbid(rule, tmp_path, monkeypatch):
     test = {"higher": test_no_module_imports_from_a_higher_layer, "private": test_no_module_takes_another_modules_private_names,
             "cycle": test_the_import_graph_has_no_cycle}[rule]
     with pytest.raises(AssertionError): test()
+
+
+def test_one_meaning_per_public_name():
+    "No public name is defined (def, class or assignment at the top) by two modules; `main` (a runnable module's entry) aside."
+    owners = {}
+    for m, path in MODULES.items():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                methods = any(getattr(d, "id", getattr(d, "attr", "")) == "patch" for d in node.decorator_list)
+                names = [] if methods else [node.name]   # a method @patch-ed onto its class overrides, by design
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                names = [t.id for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)]
+            else: continue
+            for n in names:
+                if not n.startswith("_") and n != "main": owners.setdefault(n, set()).add(m)
+    twice = {n: sorted(ms) for n, ms in owners.items() if len(ms) > 1}
+    assert not twice, f"public names defined in more than one module: {twice}"

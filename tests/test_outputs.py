@@ -100,7 +100,7 @@ def test_running_a_paper_notebook_twice_gives_the_same_bytes():
     path = SETTINGS.root / "nbs" / "05_pdp_pmf.ipynb"
     texts = [outputs.with_outputs(path, outputs.execute(path)[0], SETTINGS.root)[0] for _ in range(2)]
     assert texts[0] == texts[1], "two runs of 05_pdp_pmf stored different outputs"
-    if outputs.stale_reason(path, SETTINGS, outputs.load_stamps(SETTINGS)) is None:   # current: the file is what the code makes
+    if outputs.outputs_stale_reason(path, SETTINGS, outputs.load_stamps(SETTINGS)) is None:   # current: the file is what the code makes
         assert texts[0] == path.read_text(encoding="utf-8"), "05_pdp_pmf's stored outputs are current by their stamp, yet a run differs"
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from dpmf_lit.batch.experiment import FORMATS, record, save_figure
+from dpmf_lit.batch.experiment import FIGURE_FORMATS, record, save_figure
 from dpmf_lit.batch.provenance import ManifestError, load_manifest, load_results
 from dpmf_lit.batch.reproduce import reproduce, run_entry
 from dpmf_lit.core.settings import load_settings
@@ -171,7 +171,7 @@ def check_three(s, summary):
     assert "deliberate failure after g1" in g.log.read_text()
     assert "FAILED" in str(summary) and str(g.log) in str(summary)
     figs = all_files(s.figures_dir)
-    assert {f"testpaper/{n}.{x}" for n in ("a1", "a2", "b") for x in FORMATS} <= figs
+    assert {f"testpaper/{n}.{x}" for n in ("a1", "a2", "b") for x in FIGURE_FORMATS} <= figs
     assert not [f for f in figs if "/g" in f or f.startswith(".") or "/." in f], figs  # no half output, no temporaries
     records = load_results(s.results_file)
     assert set(records) == {"alpha", "beta"}

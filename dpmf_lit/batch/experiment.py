@@ -13,12 +13,12 @@ from ..core.checks import atomic_write
 from ..core.settings import Settings, load_settings
 
 # %% auto #0
-__all__ = ['FORMATS', 'NUMBERS_FILE', 'NAME_RE', 'SYNTHETIC_DEFAULTS', 'parse_value', 'parse_assignments', 'parse_dataset_spec',
-           'synthetic_spec', 'known_datasets', 'load_ratings', 'dataset_identity', 'dataset_kind', 'load_data',
-           'experiment_dir', 'save_figure', 'to_jsonable', 'record']
+__all__ = ['FIGURE_FORMATS', 'NUMBERS_FILE', 'NAME_RE', 'SYNTHETIC_DEFAULTS', 'parse_value', 'parse_assignments',
+           'parse_dataset_spec', 'synthetic_spec', 'known_datasets', 'load_ratings', 'dataset_identity', 'dataset_kind',
+           'load_data', 'experiment_dir', 'save_figure', 'to_jsonable', 'record']
 
 # %% ../../nbs/92_experiment.ipynb #c1c53c26
-FORMATS = ("png", "svg")         # every figure is written in these formats
+FIGURE_FORMATS = ("png", "svg")         # every figure is written in these formats
 NUMBERS_FILE = "numbers.json"    # what `record` writes next to the figures
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a plain file name: figure names, manifest ids
 
@@ -168,7 +168,7 @@ def _check_name(name):
 
 _SAVE_METADATA = {"svg": {"Date": None}, "png": {"Software": None}, "pdf": {"CreationDate": None}}
 
-def save_figure(fig, out_dir, name: str, formats=FORMATS, dpi: int = 150) -> list[Path]:
+def save_figure(fig, out_dir, name: str, formats=FIGURE_FORMATS, dpi: int = 150) -> list[Path]:
     "Save `fig` as `out_dir/name.png` and `.svg` (reproducible bytes, atomic writes); returns the paths."
     import matplotlib
     _check_name(name)

@@ -17,8 +17,8 @@ from ..core.settings import Settings, load_settings
 # %% auto #0
 __all__ = ['PAPER_NOTEBOOKS', 'OUTPUTS_FILE', 'KERNEL_ENV', 'REFRESH', 'directives', 'runs', 'storable', 'nbdev_config',
            'paper_notebooks', 'execute', 'with_outputs', 'outputs_sha256', 'directives_sha256', 'quoted_entries',
-           'notebook_inputs', 'stamps_path', 'load_stamps', 'stale_reason', 'store', 'store_outputs', 'outputs_status',
-           'format_outputs_status']
+           'notebook_inputs', 'stamps_path', 'load_stamps', 'outputs_stale_reason', 'store', 'store_outputs',
+           'outputs_status', 'format_outputs_status']
 
 # %% ../../nbs/92_stored_outputs.ipynb #4d5716ad
 PAPER_NOTEBOOKS = ("00f_stats", "00h_grouping", "01_mf", "01a_kernels", "01b_mechanism", "01c_vocabulary", "02_privacy", "03_hua_dpmf", "04_hua_protocol",
@@ -195,7 +195,7 @@ def _changed(before: dict, now: dict) -> str:
         parts += [label + m for m in sorted(set(now[key]) | set(b)) if b.get(m) != now[key].get(m)]
     return ", ".join(parts[:4] + ([f"{len(parts) - 4} more"] if len(parts) > 4 else [])) or "inputs"
 
-def stale_reason(path, settings: Settings, stamps: dict, hashes: dict | None = None, records: dict | None = None,
+def outputs_stale_reason(path, settings: Settings, stamps: dict, hashes: dict | None = None, records: dict | None = None,
                  entries: dict | None = None) -> str | None:
     "None when the stored outputs of notebook `path` are current; otherwise why not, starting `stale:` or `missing:`."
     st = stamps.get(Path(path).stem)
@@ -237,7 +237,7 @@ def store_outputs(only=None, force: bool = False, settings: Settings | None = No
     check_kernel()
     stamps, hashes, rows = load_stamps(settings), source_hashes(), []
     for path in paper_notebooks(settings, only):
-        why = "forced" if force else stale_reason(path, settings, stamps, hashes)
+        why = "forced" if force else outputs_stale_reason(path, settings, stamps, hashes)
         if why is None: row = dict(notebook=path.stem, status="skipped", seconds=None, note="up to date")
         else:
             log(f"  running  {path.stem:20} ({why})", flush=True)
@@ -257,7 +257,7 @@ def outputs_status(settings: Settings | None = None, only=None) -> list[dict]:
     stamps, hashes, records = load_stamps(settings), source_hashes(), load_results(settings.results_file)
     entries, rows = {e.id: e for e in load_manifest(settings=settings)}, []
     for p in paths:
-        why, st = stale_reason(p, settings, stamps, hashes, records, entries), stamps.get(p.stem) or {}
+        why, st = outputs_stale_reason(p, settings, stamps, hashes, records, entries), stamps.get(p.stem) or {}
         rows.append({"notebook": p.stem, "state": "current" if why is None else why.split(":", 1)[0],
                      "why": why and why.split(": ", 1)[1], "seconds": st.get("seconds"), "commit": st.get("git_revision")})
     return rows

@@ -10,7 +10,7 @@ import ast, contextlib, fnmatch, hashlib, json, math, platform, subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from ..core.checks import UserError, atomic_write
-from .experiment import FORMATS, NAME_RE, dataset_identity, parse_dataset_spec
+from .experiment import FIGURE_FORMATS, NAME_RE, dataset_identity, parse_dataset_spec
 from ..core.settings import PROFILES, Settings, load_settings
 
 # %% auto #0
@@ -46,7 +46,7 @@ class Entry:
         return None if p is None else (p["dataset"], dict(p["parameters"]))
 
     def output_paths(self, settings: Settings) -> list[Path]:
-        return [settings.figures_dir / self.paper / f"{n}.{fmt}" for n in self.outputs for fmt in FORMATS]
+        return [settings.figures_dir / self.paper / f"{n}.{fmt}" for n in self.outputs for fmt in FIGURE_FORMATS]
 
 # %% ../../nbs/92_provenance.ipynb #fdf036dd
 def notebook_parameters(nb_or_path) -> dict:

@@ -15,7 +15,7 @@ from pathlib import Path
 import multiprocessing as mp
 from xml.etree import ElementTree
 from ..core.checks import UserError, atomic_write, atomic_write_many
-from .experiment import FORMATS, NUMBERS_FILE, parse_dataset_spec
+from .experiment import FIGURE_FORMATS, NUMBERS_FILE, parse_dataset_spec
 from .provenance import (Entry, entry_inputs, entry_sources, git_revision, load_manifest, load_results, notebook_parameters,
                          output_checksums, profile_settings, publication, select, source_hashes, stale_reason, update_results,
                          versions, sha_of, stamp_file)
@@ -23,8 +23,7 @@ from ..core.settings import PROFILES, Settings, load_settings
 
 # %% auto #0
 __all__ = ['KERNEL', 'SMOKE_CELL_TIMEOUT', 'MODULES_FILE', 'BLAS_THREADS', 'image_problem', 'one_line', 'run_entry', 'Outcome',
-           'Summary', 'cell_timeout', 'missing_data', 'connect_scheduler', 'check_kernel', 'reproduce',
-           'comparison_table']
+           'Summary', 'cell_timeout', 'missing_data', 'connect_scheduler', 'check_kernel', 'reproduce', 'diff_summary']
 
 # %% ../../nbs/92_reproduce.ipynb #c1f1fe73
 KERNEL = "python3"               # papermill kernel (`python -m ipykernel install --sys-prefix --name python3`)
@@ -120,7 +119,7 @@ def one_line(e: BaseException, task: dict) -> str:
 # %% ../../nbs/92_reproduce.ipynb #de729ea9
 def _figures(task: dict, out: Path) -> dict:
     "The promised figure files of a run, by name, as bytes; a RuntimeError if one is missing or not an image."
-    expected = [f"{n}.{fmt}" for n in task["outputs"] for fmt in task.get("formats", FORMATS)]
+    expected = [f"{n}.{fmt}" for n in task["outputs"] for fmt in task.get("formats", FIGURE_FORMATS)]
     missing = [f for f in expected if not (out / f).is_file()]
     if missing: raise RuntimeError(f"the notebook ran but did not write {missing} (call save_figure(fig, out_dir, name))")
     files = {f: (out / f).read_bytes() for f in expected}
@@ -215,7 +214,7 @@ def cell_timeout(profile: str, settings: Settings) -> int:
 def _task(entry: Entry, profile: str, settings: Settings) -> dict:
     dataset, params = entry.setting(profile)
     return {"id": entry.id, "profile": profile, "notebook_name": entry.notebook.name,
-            "notebook_text": entry.notebook.read_text(encoding="utf-8"), "outputs": list(entry.outputs), "formats": list(FORMATS),
+            "notebook_text": entry.notebook.read_text(encoding="utf-8"), "outputs": list(entry.outputs), "formats": list(FIGURE_FORMATS),
             "parameters": {**params, "dataset": dataset, "data_dir": str(settings.data_dir), "threads": settings.threads or None},
             "kernel": KERNEL, "cell_timeout": cell_timeout(profile, settings)}
 
@@ -458,7 +457,7 @@ def reproduce(profile: str | None = None, only=None, force: bool = False, jobs: 
     return summary
 
 # %% ../../nbs/92_reproduce.ipynb #01f04178
-def comparison_table(rows: list[dict]):
+def diff_summary(rows: list[dict]):
     "Per entry: how many numbers were compared, how many are bit-identical, within tolerance, timings, differ; the largest |Δ|."
     import pandas as pd
     out = {}

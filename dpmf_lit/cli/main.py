@@ -21,7 +21,7 @@ from ..batch.reproduce import reproduce
 from .commands import settings_from_args
 
 # %% auto #0
-__all__ = ['PATHS_HELP', 'NOT_COVERED', 'USER_ERRORS', 'cmd_data_list', 'cmd_data_fetch', 'mechanism_help',
+__all__ = ['CLI_PATHS_HELP', 'NOT_COVERED', 'USER_ERRORS', 'cmd_data_list', 'cmd_data_fetch', 'mechanism_help',
            'mechanism_parameters_help', 'numba_compile_seconds', 'fit_report', 'fit_summary', 'cmd_fit', 'cmd_bench',
            'cmd_reproduce', 'build_parser', 'main']
 
@@ -39,13 +39,13 @@ class _Parser(argparse.ArgumentParser):
         return text if self.help_tail is None else text.rstrip("\n") + "\n\n" + self.help_tail() + "\n"
 
 # %% ../../nbs/93_cli.ipynb #94811347
-PATHS_HELP = ("A relative path given here or in a DPMF_* variable is relative to the current folder; "
+CLI_PATHS_HELP = ("A relative path given here or in a DPMF_* variable is relative to the current folder; "
               "a relative path inside settings.ini is relative to the folder of that file.")
 
 def _global_options() -> argparse.ArgumentParser:
     "Options valid before and after the subcommand (SUPPRESS keeps a later default from erasing an earlier value)."
     p = argparse.ArgumentParser(add_help=False)
-    g = p.add_argument_group("settings overrides (win over settings.ini and DPMF_* variables)", PATHS_HELP)
+    g = p.add_argument_group("settings overrides (win over settings.ini and DPMF_* variables)", CLI_PATHS_HELP)
     g.add_argument("--settings", metavar="PATH", default=argparse.SUPPRESS, help="settings.ini to read (default: found from the current folder)")
     g.add_argument("--data-dir", metavar="DIR", default=argparse.SUPPRESS, help="where data sets are cached")
     g.add_argument("--figures-dir", metavar="DIR", default=argparse.SUPPRESS, help="where figures and results.json are written")

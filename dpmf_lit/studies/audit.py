@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 # %% auto #0
-__all__ = ['PAIRS', 'RELEASES', 'CONTROLS', 'AUDITS', 'COVERS', 'BATCH', 'PAPER_AUDITS', 'declared_pair', 'neighbours',
+__all__ = ['PAIRS', 'RELEASES', 'CONTROLS', 'AUDITS', 'COVERS', 'BATCH', 'PAPER_AUDITS', 'declared_pair', 'neighbouring_pair',
            'release_vector', 'control', 'run_releases', 'canary_data', 'item_rows', 'canary_audit', 'AuditSetting',
            'AuditResult', 'audit', 'audit_all', 'audit_table', 'figure_audit', 'audited_clause', 'sync_papers_table',
            'audit_status']
@@ -34,7 +34,7 @@ def declared_pair(report) -> str:
     return PAIRS[(unit, report.neighbouring or "replace")]
 
 # %% ../../nbs/12_audit.ipynb #d7a27f1d
-def neighbours(pair: str = "value",  # 'value', 'absent', 'user' or 'user-absent' (see the table above)
+def neighbouring_pair(pair: str = "value",  # 'value', 'absent', 'user' or 'user-absent' (see the table above)
                n_users: int = 8,     # users, the target user 0 included
                n_items: int = 4,     # items: n_items - 1 shared ones and the target item
                raters: int = 1,      # raters of the target item (users 0, 1, ...); the target's rating is user 0's
@@ -312,7 +312,7 @@ COVERS = {"value": ("value",), "absent": ("absent",), "user": ("user", "value", 
 def _probe(name, setting, mech, given, pair):
     "(report, claimed ε, claim, pair): the report of seeded probe fits on both data sets (the larger claim), the pair checked."
     out = []
-    for D in neighbours(pair or "value", setting.n_users, setting.n_items, setting.raters, *setting.scale):
+    for D in neighbouring_pair(pair or "value", setting.n_users, setting.n_items, setting.raters, *setting.scale):
         for s in range(20):   # a probe fit may raise (a data-dependent overflow): try the next seed
             probe = copy.copy(mech); probe.seed = s
             if setting.fixed: probe.rng = _Streams(probe, setting.fixed, 0)
@@ -346,7 +346,7 @@ def audit(mechanism: str,                 # a registered mechanism's name
     check_bool("progress", progress); check_fraction("confidence", confidence)
     given = _given(setting, mech, setting.n_users)
     report, claimed, claim, pair = _probe(name, setting, mech, given, pair)
-    D, D2 = neighbours(pair, setting.n_users, setting.n_items, setting.raters, *setting.scale)
+    D, D2 = neighbouring_pair(pair, setting.n_users, setting.n_items, setting.raters, *setting.scale)
     exact, t0 = _exact(setting, mech, D, D2, given), time.perf_counter()
     delta = float(report.delta if report.delta is not None else getattr(mech, "delta", 0.0) or 0.0)
     condition = report.condition if report.coverage == "conditional" else ""   # a guarantee "if the fit does not raise": runs that raised are outside it
@@ -490,7 +490,7 @@ def audit_status(name: str) -> str:
     "'audited: …' with the claim an audit of `name` would test at its setting, or why there is nothing to audit."
     name, setting, mech = _mechanism(name, None)
     mech.seed = 0
-    D, _ = neighbours("value", setting.n_users, setting.n_items, setting.raters, *setting.scale)
+    D, _ = neighbouring_pair("value", setting.n_users, setting.n_items, setting.raters, *setting.scale)
     try: claimed, claim = _claim(name, mech.fit(D, **_given(setting, mech, setting.n_users)).privacy)
     except ValueError as e: return str(e)
     return f"audited: its {claim}, ε = {claimed:.3g}"

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 from ..core.checks import check_choice, check_int, show
-from .compare_stats import SLICES, margin_interval, popularity_slices, public_standin, slice_errors, verdict
+from .compare_stats import SLICES, margin_interval, popularity_slices, public_standin, slice_errors, margin_verdict
 from ..data import Ratings, random_split, synthetic
 from ..model.mechanism import get_mechanism
 from ..model.mf import evaluate
@@ -233,7 +233,7 @@ def beats_nothing_from(df: pd.DataFrame, unit: str) -> dict:
     "{label: the smallest ε at which the 95 % interval of its margin over the floor lies above zero, or None}."
     out = {}
     for label, g in panel(df, unit).groupby("label", sort=False):
-        wins = g[[verdict(lo, hi) == "beats" for lo, hi in zip(g.margin_lo, g.margin_hi)]].epsilon
+        wins = g[[margin_verdict(lo, hi) == "beats" for lo, hi in zip(g.margin_lo, g.margin_hi)]].epsilon
         out[label] = float(wins.min()) if len(wins) else None
     return out
 
@@ -326,7 +326,7 @@ def _margin(rec: dict, unit: str, label: str, eps: float) -> str:
     r = rec["by_unit"][unit][label]
     k = r["epsilons"].index(eps)
     m, lo, hi = r["margin"][k], r["margin_lo"][k], r["margin_hi"][k]
-    v = verdict(lo, hi)
+    v = margin_verdict(lo, hi)
     if v == "indistinguishable from": return f"{v} releasing nothing (margin {m:+.3f}, 95 % interval {lo:+.3f} to {hi:+.3f})"
     return f"{v} releasing nothing by {abs(m):.3f} (95 % interval of the margin {lo:+.3f} to {hi:+.3f})"
 
@@ -416,7 +416,7 @@ def paper_verdicts(rec: dict) -> str:
             k = r["epsilons"].index(eps)
             v, what, (m, lo, hi) = r["test_rmse"][k], f"{r['coverage']}, ε = {eps:g} per {unit}", (r["margin"][k], r["margin_lo"][k], r["margin_hi"][k])
             what += ", tuned on validation (not covered)" if r.get("selection") == "validation" else ""
-        says = {"beats": "yes", "loses to": "**no**: worse", "indistinguishable from": "**no**: indistinguishable", "failed": "failed"}[verdict(lo, hi)]
+        says = {"beats": "yes", "loses to": "**no**: worse", "indistinguishable from": "**no**: indistinguishable", "failed": "failed"}[margin_verdict(lo, hi)]
         shown = "failed" if v is None else f"{v:.3f}"
         interval = "" if lo is None else f"{m:+.3f} ({lo:+.3f} to {hi:+.3f})"
         lines.append(f"| `{key}` | {label} | {what} | {shown} | {nothing:.3f} | {interval} | {says} |")

@@ -13,7 +13,7 @@ from ..core.checks import check_int
 from ..data import Ratings, random_split, synthetic
 
 # %% auto #0
-__all__ = ['STANDIN_RATINGS_PER_USER', 'STANDIN_SHAPE', 'SLICES', 'public_standin', 'margin_interval', 'verdict',
+__all__ = ['STANDIN_RATINGS_PER_USER', 'STANDIN_SHAPE', 'SLICES', 'public_standin', 'margin_interval', 'margin_verdict',
            'popularity_slices', 'slice_errors']
 
 # %% ../../nbs/11a_compare_stats.ipynb #1b706838
@@ -61,7 +61,7 @@ def margin_interval(sq_mech, sq_floor, user, n_users: int, n_boot: int = 2000, l
     return float(np.mean([m for m, _ in parts])), float(lo), float(hi)
 
 # %% ../../nbs/11a_compare_stats.ipynb #89b78b71
-def verdict(lo: float | None, hi: float | None) -> str:
+def margin_verdict(lo: float | None, hi: float | None) -> str:
     "From the 95 % interval of a margin over the floor: 'beats', 'loses to' or 'indistinguishable from' releasing nothing."
     if lo is None or lo != lo: return "failed"
     return "beats" if lo > 0 else "loses to" if hi < 0 else "indistinguishable from"
