@@ -75,16 +75,16 @@ export: install
 
 # Never nbdev-proc-nbs/nbdev-docs here: without Quarto they try to download and install it with sudo.
 docs: install
-	$(BIN)/python -m dpmf_lit.site --docs
+	$(BIN)/python -m dpmf_lit.batch.site --docs
 
 preview: install
-	$(BIN)/python -m dpmf_lit.site --preview site-preview
+	$(BIN)/python -m dpmf_lit.batch.site --preview site-preview
 	@echo "open site-preview/index.html"
 
 readme: install
-	$(BIN)/python -c 'from dpmf_lit.compare import sync_index; sync_index()'
-	$(BIN)/python -c 'from dpmf_lit.audit import sync_papers_table; sync_papers_table()'
-	$(BIN)/python -m dpmf_lit.site --readme
+	$(BIN)/python -c 'from dpmf_lit.studies.compare import sync_index; sync_index()'
+	$(BIN)/python -c 'from dpmf_lit.studies.audit import sync_papers_table; sync_papers_table()'
+	$(BIN)/python -m dpmf_lit.batch.site --readme
 
 lock:
 	{ echo "# Tested versions of every dependency (CPython 3.11, Linux x86_64). Used by 'make install' as pip constraints."; \

@@ -2,10 +2,10 @@
 import json, math, subprocess, sys
 import numpy as np
 import pytest
-from dpmf_lit.audit import (AUDITS, BATCH, PAIRS, audit, audit_status, audited_clause, control, epsilon_bound, neighbours,
+from dpmf_lit.studies.audit import (AUDITS, BATCH, PAIRS, audit, audit_status, audited_clause, control, epsilon_bound, neighbouring_pair,
                             PAPER_AUDITS, sync_papers_table)
-from dpmf_lit.mechanism import get_mechanism, mechanisms
-from dpmf_lit.results import load_record
+from dpmf_lit.model.mechanism import get_mechanism, mechanisms
+from dpmf_lit.records.results import load_record
 
 
 def test_the_bound_holds_for_a_laplace_mechanism_and_catches_too_little_noise():
@@ -28,7 +28,7 @@ def test_an_error_is_an_output():
 
 @pytest.mark.parametrize("pair", sorted(set(PAIRS.values())))
 def test_pairs_differ_in_one_unit(pair):
-    D, D2 = neighbours(pair)
+    D, D2 = neighbouring_pair(pair)
     if pair == "value": assert (D.rating != D2.rating).sum() == 1
     elif pair == "absent": assert len(D) - len(D2) == 1
     elif pair == "user": assert set(D.user[D.rating != D2.rating]) == {0}
@@ -75,7 +75,7 @@ def test_a_pair_the_guarantee_does_not_cover_is_refused():
 
 def test_per_rating_streams_are_fixed_only_where_every_rating_stays(monkeypatch):
     "dp-bias fixes its sampling stream on the value pair, not on the absent one (a removed rating would shift the others' draws)."
-    import dpmf_lit.audit as A
+    import dpmf_lit.studies.audit as A
     seen = []
     real = A.run_releases
     def spy(*a, fixed=(), **k): seen.append(tuple(fixed)); return real(*a, fixed=fixed, **k)
@@ -93,7 +93,7 @@ def test_per_rating_streams_are_fixed_only_where_every_rating_stays(monkeypatch)
 def test_control_scales_the_noise():
     m = get_mechanism("gauss")(d=1)
     c = control(m, "rating_range", 4)
-    D, _ = neighbours("value", 1, 1)
+    D, _ = neighbouring_pair("value", 1, 1)
     assert c.tau_for(D) == m.tau_for(D) / 4 and m.tau_for(D) == 4.0
     with pytest.raises(ValueError, match="control='x'"): control(m, "x", 2)
 
@@ -115,7 +115,7 @@ def test_record_and_papers_table_agree(tmp_path):
 
 
 def test_cli_audit(tmp_path):
-    run = lambda *a: subprocess.run([sys.executable, "-m", "dpmf_lit.cli", "audit", *a], capture_output=True, text=True)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main", "audit", *a], capture_output=True, text=True)
     ok = run("dp-pmf", "--runs", "200", "--no-progress", "--json")
     assert ok.returncode == 0, ok.stderr
     rec = json.loads(ok.stdout)

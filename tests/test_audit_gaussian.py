@@ -2,9 +2,9 @@
 and stay below the claim on the honest mechanism; the ceiling and the Gaussian-DP bound are those of the ideal test."""
 import math
 import numpy as np
-from dpmf_lit.audit import (AUDITS, audit_table, canary_audit, canary_ceiling, ceiling_runs, gdp_bound, gdp_mu, guess_count,
+from dpmf_lit.studies.audit import (AUDITS, audit_table, canary_audit, canary_ceiling, ceiling_runs, gdp_bound, gdp_mu, guess_count,
                             one_run_epsilon, runs_for)
-from dpmf_lit.mechanism import get_mechanism
+from dpmf_lit.model.mechanism import get_mechanism
 
 
 def test_one_run_canary_audit_catches_half_the_noise_of_dp_bias():

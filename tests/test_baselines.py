@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from dpmf_lit.baselines import (Biases, DPBiases, GlobalMean, ItemMean, UserMean, bias_noise, bias_sensitivity, item_totals,
+from dpmf_lit.papers.baselines import (Biases, DPBiases, GlobalMean, ItemMean, UserMean, bias_noise, bias_sensitivity, item_totals,
                                 keep_per_user)
-from dpmf_lit.checks import UserError
+from dpmf_lit.core.checks import UserError
 from dpmf_lit.data import Ratings, random_split
-from dpmf_lit.mf import evaluate
-from dpmf_lit.privacy import gaussian_epsilon
-from dpmf_lit.testing import small_split
+from dpmf_lit.model.mf import evaluate
+from dpmf_lit.core.privacy import gaussian_epsilon
+from dpmf_lit.model.testing import small_split
 
 # measured by an independent reviewer on random_split(ml-100k, test_fraction=0.2, seed=0)
 REFERENCE = {"global-mean": 1.122, "user-mean": 1.035, "item-mean": 1.021, "bias": 0.940}
@@ -36,13 +36,13 @@ def split():
 
 @pytest.mark.parametrize("name", sorted(REFERENCE))
 def test_reference_rmse_on_the_cli_split(name, ml100k):
-    from dpmf_lit.cli import fit_report
+    from dpmf_lit.cli.main import fit_report
     got = fit_report(name, "ml-100k", {}, 0.2, 0)
     assert got["n_test"] == len(ml100k[1]) and abs(got["rmse"] - REFERENCE[name]) <= 0.005, (name, got["rmse"])
 
 
 def test_fit_report_is_the_notebooks_split(ml100k):
-    from dpmf_lit.cli import fit_report
+    from dpmf_lit.cli.main import fit_report
     train, test = ml100k
     assert math.isclose(fit_report("dp-bias", "ml-100k", {"epsilon": 1.0, "seed": 0}, 0.2, 0)["rmse"],
                         evaluate(DPBiases(epsilon=1.0, seed=0).fit(train), test)["rmse"], rel_tol=1e-12)
@@ -188,7 +188,7 @@ def test_dp_bias_sits_between_releasing_nothing_and_the_exact_biases(ml100k):
 # ---------------------------------------------------------------- the command line
 
 def _dpmf(*args):
-    cmd = [str(BIN)] if BIN.exists() else [sys.executable, "-c", "import sys; from dpmf_lit.cli import main; sys.exit(main())"]
+    cmd = [str(BIN)] if BIN.exists() else [sys.executable, "-c", "import sys; from dpmf_lit.cli.main import main; sys.exit(main())"]
     return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=600, env={**os.environ, "MPLBACKEND": "Agg"})
 
 

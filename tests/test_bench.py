@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dpmf_lit import bench, machine, reference_engines
-from dpmf_lit.bench import ENGINES, bench_ratios, format_table, run_bench
+from dpmf_lit.studies.bench import ENGINES, bench_ratios, format_table, run_bench
 
 REQUIRED = {"engine": str, "dataset": str, "d": int, "threads": int, "updates_per_s": float,
             "epochs": int, "n_ratings": int, "seconds": float, "compile_seconds": float}

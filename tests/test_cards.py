@@ -3,8 +3,8 @@ the studies' lists are generated from the cards. A mechanism with a guarantee th
 from pathlib import Path
 
 from dpmf_lit import audit, compare, outputs
-from dpmf_lit.cards import ROLES, Card, cards
-from dpmf_lit.mechanism import mechanisms
+from dpmf_lit.model.cards import ROLES, Card, cards
+from dpmf_lit.model.mechanism import mechanisms
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,8 +9,8 @@ SMALL = "synthetic:n_users=300,n_items=200,n_ratings=10000"
 
 
 def dpmf(*args, cwd=None, env=None):
-    "Run the installed console script (or `dpmf_lit.cli.main` in a fresh interpreter without one)."
-    cmd = [str(BIN)] if BIN.exists() else [sys.executable, "-c", "import sys; from dpmf_lit.cli import main; sys.exit(main())"]
+    "Run the installed console script (or `dpmf_lit.cli.main.main` in a fresh interpreter without one)."
+    cmd = [str(BIN)] if BIN.exists() else [sys.executable, "-c", "import sys; from dpmf_lit.cli.main import main; sys.exit(main())"]
     return subprocess.run(cmd + [str(a) for a in args], capture_output=True, text=True, timeout=600, cwd=cwd,
                           env={**os.environ, "MPLBACKEND": "Agg", **(env or {})})
 
@@ -188,7 +188,7 @@ def test_human_output_states_the_privacy_scope():
 
 
 def test_fit_help_lists_every_mechanism_and_its_parameters():
-    from dpmf_lit.mechanism import mechanisms
+    from dpmf_lit.model.mechanism import mechanisms
     out = dpmf("fit", "--help").stdout
     for name, cls in mechanisms().items():
         assert f"\n  {name}: " in out, name
@@ -228,7 +228,7 @@ def test_environment_errors_are_user_errors(exc, monkeypatch, capsys):
 
 def test_user_error_is_exit_2(monkeypatch, capsys):
     from dpmf_lit import cli, data
-    from dpmf_lit.checks import UserError
+    from dpmf_lit.core.checks import UserError
     def fail(*a, **k): raise UserError("no network: download ml-100k by hand into data/ml-100k")
     monkeypatch.setattr(data, "fetch_dataset", fail)
     assert cli.main(["data", "fetch", "ml-100k"]) == 2
@@ -237,7 +237,7 @@ def test_user_error_is_exit_2(monkeypatch, capsys):
 
 def test_bench_rank_option_is_not_mistaken_for_a_global_abbreviation(capsys):
     "`--d` (the bench's ranks) once failed as an ambiguous prefix of the global --data-dir/--debug."
-    from dpmf_lit.cli import build_parser
+    from dpmf_lit.cli.main import build_parser
     args = build_parser().parse_args(["bench", "--quick", "--d", "8", "16"])
     assert args.ds == [8, 16]
 
@@ -288,7 +288,7 @@ def test_bad_file_arguments_are_named(tmp_path):
 
 
 def test_one_mechanisms_help_lists_its_parameters_alone():
-    from dpmf_lit.mechanism import mechanisms
+    from dpmf_lit.model.mechanism import mechanisms
     found = mechanisms()
     whole = dpmf("fit", "--help").stdout
     assert "dpmf fit NAME --help" in whole
@@ -330,7 +330,7 @@ def test_compile_time_is_reported_apart(tmp_path):
     rep = json.loads(dpmf("fit", "pmf", "--dataset", SMALL, "--json").stdout)
     assert 0 <= rep["compile_seconds"] <= rep["fit_seconds"]
     from numba import njit
-    from dpmf_lit.cli import numba_compile_seconds
+    from dpmf_lit.cli.main import numba_compile_seconds
     @njit
     def twice(x): return 2 * x
     with numba_compile_seconds() as first: twice(1.5)
@@ -395,5 +395,5 @@ def test_a_folder_where_a_data_file_belongs(tmp_path):
 
 
 def test_python_m_runs_the_command():
-    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli", "fit", "pmf", "--help"], capture_output=True, text=True, timeout=300)
+    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main", "fit", "pmf", "--help"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and p.stdout.startswith("usage: dpmf fit pmf"), p.stderr

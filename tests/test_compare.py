@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpmf_lit.compare import (CONTENDERS, INDEX_HEADING, RELEASE_NOTHING, Contender, _grid, answer, compare_epsilons, comparison_record,
-                              comparison_table, index_block, margin_interval, public_standin, run_contender, three_way_split, verdict)
+from dpmf_lit.studies.compare import (CONTENDERS, INDEX_HEADING, RELEASE_NOTHING, Contender, _grid, answer, compare_epsilons, comparison_record,
+                              comparison_table, index_block, margin_interval, public_standin, run_contender, three_way_split, margin_verdict)
 from dpmf_lit.data import synthetic
-from dpmf_lit.mf import evaluate
+from dpmf_lit.model.mf import evaluate
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +78,8 @@ def test_the_floor_is_the_release_nothing_baseline_best_on_validation(data):
 
 
 def test_readme_first_section_is_generated_from_the_committed_record():
-    from dpmf_lit.results import load_record
-    from dpmf_lit.settings import load_settings
+    from dpmf_lit.records.results import load_record
+    from dpmf_lit.core.settings import load_settings
     nb = json.loads((load_settings().root / "nbs" / "index.ipynb").read_text(encoding="utf-8"))
     cells = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"]
     first_table = next(k for k, s in enumerate(cells) if "\n|" in s)
@@ -93,21 +93,21 @@ def test_readme_first_section_is_generated_from_the_committed_record():
     (["--epsilons", "1,-2"], "--epsilons"), (["--seeds", "0"], "--seeds"), (["--dataset", " "], "--dataset"),
     (["--dataset", "/no/such/ratings.dat"], "/no/such/ratings.dat"), (["--profile", "smoke", "--out", "/proc/x/y"], "--out")])
 def test_bad_compare_arguments_are_refused_before_any_work(args, named):
-    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli", "compare", "--no-progress", *args], capture_output=True, text=True, timeout=120)
+    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main", "compare", "--no-progress", *args], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "dpmf: error:" in p.stderr and named in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 
 def test_a_bad_unit_is_refused_by_the_command_line():
-    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli", "compare", "--unit", "household"], capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main", "compare", "--unit", "household"], capture_output=True, text=True)
     assert p.returncode == 2 and "dpmf: error:" in p.stderr and "household" in p.stderr
 
 
 @pytest.mark.slow
 def test_dpmf_compare_smoke_writes_its_own_record_and_figures_not_the_committed_ones(tmp_path):
-    from dpmf_lit.settings import load_settings
+    from dpmf_lit.core.settings import load_settings
     results = load_settings().results_file
     before, figs = results.read_bytes(), {p: p.read_bytes() for p in (results.parent / "compare").glob("*.png")}
-    cmd = [sys.executable, "-m", "dpmf_lit.cli", "compare", "--profile", "smoke", "--build-dir", str(tmp_path / "b"),
+    cmd = [sys.executable, "-m", "dpmf_lit.cli.main", "compare", "--profile", "smoke", "--build-dir", str(tmp_path / "b"),
            "--no-progress", "--json", "--unit", "user"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -148,8 +148,8 @@ def test_public_tuning_reads_no_private_rating(data):
 
 
 def test_verdicts_read_the_interval_not_the_mean():
-    assert verdict(0.001, 0.02) == "beats" and verdict(-0.02, -0.001) == "loses to"
-    assert verdict(-0.0004, 0.0011) == "indistinguishable from" and verdict(None, None) == "failed"
+    assert margin_verdict(0.001, 0.02) == "beats" and margin_verdict(-0.02, -0.001) == "loses to"
+    assert margin_verdict(-0.0004, 0.0011) == "indistinguishable from" and margin_verdict(None, None) == "failed"
 
 
 def test_margin_interval_over_splits_widens_with_the_splits_luck():
@@ -167,10 +167,10 @@ def test_margin_interval_over_splits_widens_with_the_splits_luck():
 
 def test_the_committed_record_is_shown_not_recomputed_in_a_fresh_build_folder(tmp_path):
     """A fresh clone has no build folder: `dpmf compare` shows the current committed record (no batch run) and leaves results.json as it was."""
-    from dpmf_lit.settings import load_settings
+    from dpmf_lit.core.settings import load_settings
     results = load_settings().results_file
     before = results.read_bytes()
-    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli", "compare", "--build-dir", str(tmp_path / "b"), "--unit", "user", "--json"],
+    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main", "compare", "--build-dir", str(tmp_path / "b"), "--unit", "user", "--json"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "shown, not recomputed" in p.stderr and not (tmp_path / "b" / "quick").exists()
@@ -181,13 +181,13 @@ def test_the_committed_record_is_shown_not_recomputed_in_a_fresh_build_folder(tm
 def test_dpmf_compare_on_a_movielens_file_it_never_saw_writes_apart(tmp_path):
     """`dpmf compare --dataset FILE` end to end on a MovieLens-format file made here (no item features): every contender's
     row, both kinds of tuning, the intervals over two splits; written under --out, the committed record untouched."""
-    from dpmf_lit.settings import load_settings
+    from dpmf_lit.core.settings import load_settings
     d = synthetic(250, 90, 7000, seed=11)
     lines = [f"{u + 1}::{i + 1}::{int(r)}::{978300000 + k}" for k, (u, i, r) in enumerate(zip(d.user, d.item, d.rating))]
     f = tmp_path / "ratings.dat"; f.write_text("\n".join(lines) + "\n")
     results = load_settings().results_file
     before = results.read_bytes()
-    cmd = [sys.executable, "-m", "dpmf_lit.cli", "compare", "--dataset", str(f), "--epsilons", "1", "--seeds", "2", "--splits", "2",
+    cmd = [sys.executable, "-m", "dpmf_lit.cli.main", "compare", "--dataset", str(f), "--epsilons", "1", "--seeds", "2", "--splits", "2",
            "--out", str(tmp_path / "out"), "--no-progress", "--json"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]

@@ -12,13 +12,13 @@ import pytest
 
 from dpmf_lit import datasets as DS
 from dpmf_lit import synthetic as SY
-from dpmf_lit.checks import UserError
-from dpmf_lit.ratings import _sha256_arrays
+from dpmf_lit.core.checks import UserError
+from dpmf_lit.data.ratings import sha256_arrays
 from dpmf_lit.data import (Ratings, fetch_dataset, filter_counts, holdout_per_user, kfold, list_datasets, load_anime,
                            load_dataset, load_movielens_100k, load_movielens_csv, load_movielens_dat, load_netflix,
                            load_yahoo_r1, load_yahoo_r3, netflix_subset, public_private_users, random_split,
                            ratings_sha256, reindex, subsample, synthetic)
-from dpmf_lit.settings import load_settings
+from dpmf_lit.core.settings import load_settings
 
 ML100K_SHA = "41d46a525a0d7c661ac77be049d73801918d5b5c101a9662bf2f6750ff157c61"
 
@@ -306,7 +306,7 @@ def fake_zip(path: Path, member: str, text: str) -> Path:
 
 U_DATA = "196\t242\t3\t881250949\n186\t302\t3\t891717742\n22\t377\t1\t878887116\n"
 INTER = "user_id:token\titem_id:token\trating:float\ttimestamp:float\n" + U_DATA
-U_SHA = _sha256_arrays(np.array([196, 186, 22]), np.array([242, 302, 377]), np.array([3.0, 3.0, 1.0]))
+U_SHA = sha256_arrays(np.array([196, 186, 22]), np.array([242, 302, 377]), np.array([3.0, 3.0, 1.0]))
 
 
 def test_fetch_tries_sources_in_order_verifies_and_writes_atomically(tmp_path, tmp_settings, monkeypatch):
@@ -688,7 +688,7 @@ def test_ids_at_the_ends_of_int64_are_read_exactly(tmp_path, loader, fname, text
     lo, hi = -2**63, 2**63 - 1
     r = loader(write(tmp_path / fname, text.format(u=hi, i=lo)))
     assert pairs(r) == {(7, 1), (hi, lo)}
-    assert ratings_sha256(r) == _sha256_arrays(np.array([7, hi]), np.array([1, lo]), np.sort(r.rating))
+    assert ratings_sha256(r) == sha256_arrays(np.array([7, hi]), np.array([1, lo]), np.sort(r.rating))
 
 
 @pytest.mark.parametrize("text, line, what", [

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from dpmf_lit.dpals import DPALS, dpals_sensitivity, noise_multipliers, solve_items
-from dpmf_lit.mf import evaluate
-from dpmf_lit.testing import small_split
+from dpmf_lit.papers.dpals import DPALS, dpals_sensitivity, noise_multipliers, solve_items
+from dpmf_lit.model.mf import evaluate
+from dpmf_lit.model.testing import small_split
 
 
 def contribution(u, x, items, m):

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from dpmf_lit.mechanism import mechanisms
-from dpmf_lit.synthetic import synthetic
+from dpmf_lit.model.mechanism import mechanisms
+from dpmf_lit.data.synthetic import synthetic
 
 MECHANISMS = mechanisms()
 BAD = {"zero": 0, "negative": -1, "nan": float("nan"), "inf": float("inf"), "huge": 1e300, "tiny": 1e-300,

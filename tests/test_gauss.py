@@ -1,4 +1,4 @@
-"""Mugdho & Imtiaz (dpmf_lit.gauss): kernels against the paper's dense formulas, the noise against N(0, σ²),
+"""Mugdho & Imtiaz (dpmf_lit.papers.gauss): kernels against the paper's dense formulas, the noise against N(0, σ²),
 clipping, the report against the toolkit's accountant, the sensitivity on neighbours, the paper's slice filter on
 fixture files of ML-1M, Netflix and Anime, and bad input."""
 import math
@@ -9,11 +9,11 @@ import pytest
 from scipy import stats
 
 from dpmf_lit.data import Ratings, load_anime, load_movielens_dat, load_netflix, synthetic
-from dpmf_lit.gauss import (GaussMF, clip_rows_kernel, gauss_epsilons, gauss_iteration, gauss_iteration_numpy, gauss_sigma,
+from dpmf_lit.papers.gauss import (GaussMF, clip_rows_kernel, gauss_epsilons, gauss_iteration, gauss_iteration_numpy, gauss_sigma,
                             mugdho_imtiaz_epsilon, mugdho_imtiaz_slice, neighbour_sensitivity, user_epsilon)
-from dpmf_lit.privacy import (PrivacyAccountant, classic_noise_multiplier, dp_accounting_pld_epsilon,
+from dpmf_lit.core.privacy import (PrivacyAccountant, classic_noise_multiplier, dp_accounting_pld_epsilon,
                               dp_accounting_rdp_epsilon)
-from dpmf_lit.stats import ACCEPT, REJECT, ks_p
+from dpmf_lit.core.stats import ACCEPT, REJECT, ks_p
 
 
 def dense_problem(seed=0, nm=8, nu=11, n=4):
@@ -246,9 +246,9 @@ def test_paper_profile_entries_run_on_fixtures(tmp_path, monkeypatch):
     "The manifest's paper entries for Figs. 1-3 on ML-1M, Netflix and AnimeReco, run by `reproduce` on fixture files."
     import json, shutil
     from dpmf_lit.data import ratings_sha256
-    from dpmf_lit.provenance import load_results
-    from dpmf_lit.reproduce import reproduce
-    from dpmf_lit.settings import load_settings
+    from dpmf_lit.records.provenance import load_results
+    from dpmf_lit.batch.reproduce import reproduce
+    from dpmf_lit.core.settings import load_settings
     repo = Path(__file__).resolve().parents[1] / "nbs" / "experiments"
     rng, data = np.random.default_rng(3), tmp_path / "data"
     ml = counts_fixture(rng, 40, 60, rng.integers(20, 50, 40))

@@ -6,12 +6,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from scipy import stats
 
-from dpmf_lit.baselines import item_totals, ridge_offsets, user_offsets
+from dpmf_lit.papers.baselines import item_totals, ridge_offsets, user_offsets
 from dpmf_lit.data import Ratings
-from dpmf_lit.dpals import _eigh, by_item, item_codes, item_statistics
-from dpmf_lit.grouping import group_by, keep_mask, keep_per_user, subset_frequencies, take
-from dpmf_lit.kernels import numba_threads, to_csr
-from dpmf_lit.stats import ACCEPT, REJECT
+from dpmf_lit.papers.dpals import _eigh, by_item, item_codes, item_statistics
+from dpmf_lit.core.grouping import group_by, keep_mask, keep_per_user, subset_frequencies, take
+from dpmf_lit.core.kernels import numba_threads, to_csr
+from dpmf_lit.core.stats import ACCEPT, REJECT
 
 
 def _lexsort_keep(user, tau, keys, prio=None):

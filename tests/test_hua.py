@@ -1,4 +1,4 @@
-"""Hua, Xia & Zhong (IJCAI 2015): Scenario 1 (dpmf_lit.hua) and the Scenario 2/3 protocol (dpmf_lit.hua_protocol).
+"""Hua, Xia & Zhong (IJCAI 2015): Scenario 1 (dpmf_lit.papers.hua) and the Scenario 2/3 protocol (dpmf_lit.papers.hua_protocol).
 
 Cross-module, statistical, bad-input and end-to-end checks; the derivations are in nbs/03_hua_dpmf and nbs/04_hua_protocol."""
 import math
@@ -8,18 +8,18 @@ import pytest
 from scipy import stats
 
 from dpmf_lit.data import Ratings, random_split, synthetic
-from dpmf_lit.mf import PMF, get_mechanism
-from dpmf_lit.hua import (HuaDPMF, clip_rows, gd_item_factors, item_degrees, item_normal_equations, privacy_loss,
+from dpmf_lit.model.mf import PMF, get_mechanism
+from dpmf_lit.papers.hua import (HuaDPMF, clip_rows, gd_item_factors, item_degrees, item_normal_equations, privacy_loss,
                           rating_sensitivity, sample_item_noise, share_scale, solve_item_factors)
-from dpmf_lit.hua_protocol import (FixedPoint, HuaProtocol, communication_per_iteration, recommender_view_epsilon,
+from dpmf_lit.papers.hua_protocol import (FixedPoint, HuaProtocol, communication_per_iteration, recommender_view_epsilon,
                                    run_protocol, noise_shares, conditional_mu, traffic_per_iteration)
-from dpmf_lit.hua_attacks import (ProbingRecommender, ZeroProbeRecommender, assert_recommender_blind, difference_attack,
+from dpmf_lit.papers.hua_attacks import (ProbingRecommender, ZeroProbeRecommender, assert_recommender_blind, difference_attack,
                                   online_set_attack)
-from dpmf_lit.stats import uniformity_pvalues
-from dpmf_lit.privacy import l2_laplace_noise, laplace_noise
+from dpmf_lit.core.stats import uniformity_pvalues
+from dpmf_lit.core.privacy import l2_laplace_noise, laplace_noise
 from dpmf_lit import hua, hua_protocol
 
-from dpmf_lit.stats import ACCEPT, REJECT, independence_p, ks_p
+from dpmf_lit.core.stats import ACCEPT, REJECT, independence_p, ks_p
 
 N = 100_000          # draws per statistical test of the noise shares
 
@@ -53,7 +53,7 @@ def test_closed_form_is_the_minimizer_and_gd_converges_to_it(small):
 
 
 def test_noiseless_closed_form_equals_the_mf_modules_als_item_update(small):
-    from dpmf_lit.mf import als_sweep, to_csr
+    from dpmf_lit.model.mf import als_sweep, to_csr
     r, U = small
     V = solve_item_factors(*item_normal_equations(r, U, 3.0), np.zeros((r.n_items, 5)))
     Q = np.zeros((r.n_items, 5), np.float32); P = U.astype(np.float32); z = np.zeros(1, np.float32)
@@ -321,7 +321,7 @@ def test_hua_protocol_mechanism_and_cli_report(split):
     with pytest.raises(ValueError, match="fewer than k=2 raters"): HuaProtocol(d=4, epochs=2).fit(few)
     dropped = HuaProtocol(d=4, epochs=5, sparse_items="drop").fit(few)
     assert not dropped.V[[3, 4]].any() and dropped.V.shape == (tr.n_items, 4) and dropped.V[0].any()
-    from dpmf_lit.cli import fit_report
+    from dpmf_lit.cli.main import fit_report
     rep = fit_report("hua", "synthetic:n_users=200,n_items=100,n_ratings=5000", {"epsilon": 1.0, "d": 4})
     assert rep["privacy"]["epsilon"] == 1.0 and rep["privacy"]["released"] == ["V"] and rep["rmse"] > 0
 
@@ -364,7 +364,7 @@ def test_protocol_progress_bar(capsys):
 
 def test_honest_but_curious_recommender_recovers_ratings_in_scenario3():
     "No probe needed: past k_j(d+1)+1 iterations the regression on z_i(t) v_j(t), z_i(t) returns r_ij u_i; fresh noise slows it."
-    from dpmf_lit.hua_attacks import honest_online_set_attack
+    from dpmf_lit.papers.hua_attacks import honest_online_set_attack
     r = synthetic(120, 12, 500, rank=3, seed=5)
     U = clip_rows(np.random.default_rng(3).standard_normal((r.n_users, 3)) * 0.6)
     run = run_protocol(r, U, 1.0, reg=5.0, iters=300, scenario=3, p_online=0.5, seed=1)    # the default, honest recommender
@@ -476,7 +476,7 @@ def test_noise_shares_bad_input(call, message):
 
 def test_protocol_refuses_an_epsilon_whose_noise_the_codec_cannot_encode():
     "A tiny epsilon is named as the parameter to change, not the codec's bound (which the user never set)."
-    from dpmf_lit.hua_protocol import HuaProtocol
+    from dpmf_lit.papers.hua_protocol import HuaProtocol
     from dpmf_lit.data import synthetic
     r = synthetic(n_users=40, n_items=10, n_ratings=300, seed=0)
     with pytest.raises(ValueError, match=r"^epsilon=1e-300 gives noise of scale .* raise epsilon"):

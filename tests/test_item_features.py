@@ -1,6 +1,6 @@
-"""Tests of dpmf_lit.item_features: the readers of the published item files on small fixtures written in each
+"""Tests of dpmf_lit.data.item_features: the readers of the published item files on small fixtures written in each
 format, every refusal naming its file and line, the encoding, the alignment with item codes, fetching and
-loading through dpmf_lit.datasets, the CLI's --item-features, and the real MovieLens 100K features.
+loading through dpmf_lit.data.datasets, the CLI's --item-features, and the real MovieLens 100K features.
 Nothing here is computed from ratings: the last tests check it."""
 import io
 import re
@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from dpmf_lit import datasets as DS
-from dpmf_lit.checks import UserError
+from dpmf_lit.core.checks import UserError
 from dpmf_lit.data import (ITEM_FORMATS, ItemFeatures, ItemTable, Ratings, attach_item_features, encode_items,
                            features_for, fetch_dataset, item_table_sha256, list_datasets, load_dataset, load_file,
                            parse_items, random_split, read_items, write_items)
-from dpmf_lit.item_features import ANIME_ITEMS_HEADER, ML100K_GENRES, RECBOLE_ITEM_HEADER
-from dpmf_lit.settings import load_settings
+from dpmf_lit.data.item_features import ANIME_ITEMS_HEADER, ML100K_GENRES, RECBOLE_ITEM_HEADER
+from dpmf_lit.core.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent / "dpmf"
@@ -365,7 +365,7 @@ def test_load_file_attaches_a_users_file(tmp_path):
 # ---------------------------------------------------------------- the command line
 
 def dpmf(*args):
-    cmd = [str(BIN)] if BIN.exists() else [sys.executable, "-c", "import sys; from dpmf_lit.cli import main; sys.exit(main())"]
+    cmd = [str(BIN)] if BIN.exists() else [sys.executable, "-c", "import sys; from dpmf_lit.cli.main import main; sys.exit(main())"]
     return subprocess.run(cmd + [str(a) for a in args], capture_output=True, text=True, timeout=600,
                           env={**os.environ, "MPLBACKEND": "Agg"})
 

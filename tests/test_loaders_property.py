@@ -1,4 +1,4 @@
-"""Property-based tests of the loaders of dpmf_lit.formats, against an independent reference parser.
+"""Property-based tests of the loaders of dpmf_lit.data.formats, against an independent reference parser.
 
 For every supported format:
 
@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from dpmf_lit.formats import (load_anime, load_movielens_100k, load_movielens_csv, load_movielens_dat, load_netflix,
+from dpmf_lit.data.formats import (load_anime, load_movielens_100k, load_movielens_csv, load_movielens_dat, load_netflix,
                               load_yahoo_r1, load_yahoo_r3)
-from dpmf_lit.ratings import _sha256_arrays, ratings_sha256
+from dpmf_lit.data.ratings import sha256_arrays, ratings_sha256
 
 FAST = settings(max_examples=150, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -277,7 +277,7 @@ def test_valid_tables_round_trip(tmp_path, name, data):
     f = r.to_frame()
     assert list(zip(f.user.tolist(), f.item.tolist(), f.rating.tolist())) == [(u, i, float(x)) for u, i, x in kept]
     u, i, x = (np.array(c) for c in zip(*kept))
-    assert ratings_sha256(r) == _sha256_arrays(u, i, x.astype(np.float32))
+    assert ratings_sha256(r) == sha256_arrays(u, i, x.astype(np.float32))
 
 
 @FAST

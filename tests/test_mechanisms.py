@@ -1,5 +1,5 @@
 """What every registered mechanism must do, checked on every mechanism the package registers
-(found by `dpmf_lit.mechanism.mechanisms()`, so a new paper's mechanism is covered without editing
+(found by `dpmf_lit.model.mechanism.mechanisms()`, so a new paper's mechanism is covered without editing
 this file), and a throw-away mechanism module that proves the discovery path end to end."""
 import dataclasses, inspect, json, math, os, subprocess, sys, uuid
 from pathlib import Path
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import dpmf_lit
-from dpmf_lit.mechanism import FittedModel, Mechanism, PrivacyReport, get_mechanism, mechanisms
-from dpmf_lit.vocabulary import VOCABULARY
-from dpmf_lit.testing import small_split
+from dpmf_lit.model.mechanism import FittedModel, Mechanism, PrivacyReport, get_mechanism, mechanisms
+from dpmf_lit.model.vocabulary import VOCABULARY
+from dpmf_lit.model.testing import small_split
 
 MECHANISMS = mechanisms()
 NAMES = sorted(MECHANISMS)
@@ -176,8 +176,8 @@ def test_a_tiny_epsilon_never_gives_a_nan_model(name, split):
 
 TEMPLATE = '''"""A throw-away mechanism written by tests/test_mechanisms.py (removed when the test ends)."""
 import numpy as np
-from dpmf_lit.checks import check_int, check_positive
-from dpmf_lit.mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
+from dpmf_lit.core.checks import check_int, check_positive
+from dpmf_lit.model.mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
 
 @register_mechanism("{name}")
 class ThrowAway(Mechanism):
@@ -215,7 +215,7 @@ def test_a_new_mechanism_module_is_fitted_listed_and_tested(tmp_path):
     before = _git_status(root)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
     dpmf = Path(sys.executable).parent / "dpmf"
-    cli = [str(dpmf)] if dpmf.exists() else [sys.executable, "-c", "import sys; from dpmf_lit.cli import main; sys.exit(main())"]
+    cli = [str(dpmf)] if dpmf.exists() else [sys.executable, "-c", "import sys; from dpmf_lit.cli.main import main; sys.exit(main())"]
     run = lambda args, **kw: subprocess.run(args, capture_output=True, text=True, timeout=600, env=env, **kw)
     try:
         module.write_text(TEMPLATE.format(name=name))
@@ -245,7 +245,7 @@ def test_parameters_speak_the_one_vocabulary(name):
     alias of one of the mechanism's parameters, and never shadows a vocabulary name (which would give it two meanings)."""
     cls = MECHANISMS[name]
     outside = [k for k in cls.parameter_names() if k not in VOCABULARY]
-    assert not outside, f"{name}: {outside} are not in dpmf_lit.mechanism.VOCABULARY: use its name, or add the new idea there, or declare a paper alias"
+    assert not outside, f"{name}: {outside} are not in dpmf_lit.model.mechanism.VOCABULARY: use its name, or add the new idea there, or declare a paper alias"
     for alias, k in cls.aliases.items():
         assert k in cls.parameter_names() and alias not in VOCABULARY, (name, alias, k)
     for k, (other, values) in cls.applies.items():

@@ -1,4 +1,4 @@
-"""dpmf_lit.mf: kernels against plain numpy references, metrics, the mechanism interface,
+"""dpmf_lit.model.mf: kernels against plain numpy references, metrics, the mechanism interface,
 bad input, determinism, and the ML-100K quality target of the non-private PMF baseline."""
 import math
 
@@ -7,14 +7,14 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from dpmf_lit.data import Ratings, load_dataset, random_split, synthetic
-from dpmf_lit.mf import (MECHANISMS, PMF, FittedModel, Mechanism, PrivacyReport, als_sweep, MIN_VISIT, cache_blocks, error_cdf, evaluate,
+from dpmf_lit.model.mf import (MECHANISMS, PMF, FittedModel, Mechanism, PrivacyReport, als_sweep, MIN_VISIT, cache_blocks, error_cdf, evaluate,
                          gd_step, get_mechanism, mae, mean_error_increase, mf_gradient, prepare_sgd_blocks,
                          register_mechanism, rmse, sgd_epoch, sgd_epoch_parallel, to_csr)
-from dpmf_lit.testing import (als_reference, blocks_visit_order, objective_reference, sgd_reference, small_split,
+from dpmf_lit.model.testing import (als_reference, blocks_visit_order, objective_reference, sgd_reference, small_split,
                               tiny_problem)
 
 
-# ---------------------------------------------------------------- numpy references (dpmf_lit.testing)
+# ---------------------------------------------------------------- numpy references (dpmf_lit.model.testing)
 def problem(n_users=40, n_items=25, n=500, d=8, seed=0):
     return tiny_problem(n_users, n_items, n, d, seed, bias_std=0.1)
 
@@ -286,7 +286,7 @@ def test_progress_bar_and_values(small, capsys):
 
 
 def test_error_summary_matches_direct_computation():
-    from dpmf_lit.mf import error_summary, mae, rmse
+    from dpmf_lit.model.mf import error_summary, mae, rmse
     rng = np.random.default_rng(3)
     y = rng.integers(1, 6, 1000).astype(np.float32)
     yhat = (y + rng.normal(0, 0.9, 1000)).astype(np.float32)
@@ -320,8 +320,8 @@ def test_blocks_fix_the_result_whatever_the_threads(small):
 
 
 def test_cache_grid_fixes_the_result_whatever_the_threads(small, monkeypatch):
-    import dpmf_lit.mf as mf
-    from dpmf_lit.sgld import SGLD
+    import dpmf_lit.model.mf as mf
+    from dpmf_lit.papers.sgld import SGLD
     train, _ = small
     monkeypatch.setattr(mf, "cache_sizes", lambda: {"L2": 1024})   # a tiny L2, so that the grid is finer than the cores
     a, b = (PMF(d=4, epochs=3, threads=t, blocks="cache").fit(train) for t in (1, 2))
@@ -358,7 +358,7 @@ def test_cache_blocks_checks_its_arguments():
 
 
 def test_cache_blocks_without_a_reported_cache(monkeypatch):
-    import dpmf_lit.mf as mf
+    import dpmf_lit.model.mf as mf
     monkeypatch.setattr(mf, "cache_sizes", lambda: {})
     monkeypatch.setattr(mf, "L2_FALLBACK", 1 << 18)
     assert cache_blocks(480_189, 17_770, 64, cores=2) == 32          # 4.6 MB of item rows in 256 KiB: the fallback counts
@@ -392,8 +392,8 @@ def test_blocks_setup_equals_the_argsort_reference_at_any_thread_count(layout, m
     """The counting-sort setup gives the same blocks in the same order as the plain numpy reference, with the
     random layout's sub-buckets in play (small SUB_BUCKET), at one and two threads."""
     import numba
-    import dpmf_lit.kernels as K
-    from dpmf_lit.testing import blocks_reference
+    import dpmf_lit.core.kernels as K
+    from dpmf_lit.model.testing import blocks_reference
     monkeypatch.setattr(K, "SUB_BUCKET", 64)
     r = synthetic(400, 150, 30_000, seed=3)
     ref = blocks_reference(r.user, r.item, r.rating, r.n_users, r.n_items, 4, seed=11, layout=layout, sub_bucket=64)
@@ -407,8 +407,8 @@ def test_random_layout_order_inside_a_block_is_uniform(monkeypatch):
     """Sub-buckets then in-bucket shuffles still give each rating a uniform position in its block:
     chi-square over 4,000 seeds of where rating 0 lands among 40 (with 4 sub-buckets of ~10)."""
     from scipy import stats
-    import dpmf_lit.kernels as K
-    from dpmf_lit.stats import ACCEPT, REJECT
+    import dpmf_lit.core.kernels as K
+    from dpmf_lit.core.stats import ACCEPT, REJECT
     monkeypatch.setattr(K, "SUB_BUCKET", 10)
     user, item, rating = np.zeros(40, np.int32), np.zeros(40, np.int32), np.arange(40, dtype=np.float32)
     pos = [int(np.flatnonzero(prepare_sgd_blocks(user, item, rating, 1, 1, seed=s, layout="random").rating == 0)[0])

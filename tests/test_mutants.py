@@ -2,12 +2,12 @@
 privacy bug, written into the package's own source, is caught by it."""
 import numpy as np
 import pytest
-from dpmf_lit.mechanism import mechanisms
-from dpmf_lit.meter import METER, OBJECTIVE, meter_pairs, read_meter
-from dpmf_lit.meter_others import OTHERS, problems
-from dpmf_lit.mutants import MUTANTS, Mutant, mutated
-from dpmf_lit.privacy import observe_releases
-from dpmf_lit.synthetic import synthetic
+from dpmf_lit.model.mechanism import mechanisms
+from dpmf_lit.studies.meter import METER, OBJECTIVE, meter_pairs, read_meter
+from dpmf_lit.studies.meter_others import OTHERS, problems
+from dpmf_lit.studies.mutants import MUTANTS, Mutant, mutated
+from dpmf_lit.core.privacy import observe_releases
+from dpmf_lit.data.synthetic import synthetic
 
 
 def test_the_package_as_it_is_passes_the_meter():
@@ -31,7 +31,7 @@ def test_a_mutant_is_undone_after_its_block():
 
 def test_a_mutant_whose_text_is_gone_fails_loudly():
     with pytest.raises(ValueError, match="update the mutant"):
-        with mutated(Mutant("dpals", "x", "dpmf_lit.dpals:noisy_statistics", "text that is not there", "")): pass
+        with mutated(Mutant("dpals", "x", "dpmf_lit.papers.dpals:noisy_statistics", "text that is not there", "")): pass
 
 
 def test_the_mutants_cover_each_metered_mechanism():
@@ -45,7 +45,7 @@ def test_the_mutants_cover_each_metered_mechanism():
 
 def test_every_mechanism_with_a_guarantee_has_mutants():
     "Each registered mechanism whose audit finds a guarantee (or a paper's claim it could test) has declared mutants, except the Gaussian paper variant, which has no guarantee."
-    from dpmf_lit.audit import audit_status
+    from dpmf_lit.studies.audit import audit_status
     guaranteed = {n for n in mechanisms() if audit_status(n).startswith("audited")}
     assert guaranteed <= {m.mechanism for m in MUTANTS}, guaranteed - {m.mechanism for m in MUTANTS}
 

@@ -1,4 +1,4 @@
-"""A reader sees the results: the paper notebooks are stored with their outputs (`dpmf_lit.outputs`).
+"""A reader sees the results: the paper notebooks are stored with their outputs (`dpmf_lit.batch.outputs`).
 
 The stored outputs are current (the stamps of figures/outputs.json match the code, the records quoted and the
 outputs in the files), every cell that quotes a number or shows a table has an output — in the notebook, as
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from dpmf_lit import outputs, site
-from dpmf_lit.provenance import _VERSIONED, versions
-from dpmf_lit.settings import load_settings
+from dpmf_lit.records.provenance import _VERSIONED, versions
+from dpmf_lit.core.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = load_settings(ROOT / "settings.ini")
@@ -41,7 +41,7 @@ def test_stored_outputs_are_current():
 def test_every_notebook_that_quotes_results_is_a_paper_notebook():
     quoting = sorted(p.stem for p in (ROOT / "nbs").glob("0*.ipynb") if re.search(r"\bquotes?\(", p.read_text()))
     assert quoting and set(quoting) <= set(outputs.PAPER_NOTEBOOKS), \
-        f"{sorted(set(quoting) - set(outputs.PAPER_NOTEBOOKS))} quote results but are not in dpmf_lit.outputs.PAPER_NOTEBOOKS"
+        f"{sorted(set(quoting) - set(outputs.PAPER_NOTEBOOKS))} quote results but are not in dpmf_lit.batch.outputs.PAPER_NOTEBOOKS"
 
 
 # --- which cells must show something ---
@@ -100,7 +100,7 @@ def test_running_a_paper_notebook_twice_gives_the_same_bytes():
     path = SETTINGS.root / "nbs" / "05_pdp_pmf.ipynb"
     texts = [outputs.with_outputs(path, outputs.execute(path)[0], SETTINGS.root)[0] for _ in range(2)]
     assert texts[0] == texts[1], "two runs of 05_pdp_pmf stored different outputs"
-    if outputs.stale_reason(path, SETTINGS, outputs.load_stamps(SETTINGS)) is None:   # current: the file is what the code makes
+    if outputs.outputs_stale_reason(path, SETTINGS, outputs.load_stamps(SETTINGS)) is None:   # current: the file is what the code makes
         assert texts[0] == path.read_text(encoding="utf-8"), "05_pdp_pmf's stored outputs are current by their stamp, yet a run differs"
 
 

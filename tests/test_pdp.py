@@ -1,4 +1,4 @@
-"""Tests of dpmf_lit.pdp (Zhang et al.): the privacy specification generator, the sampler's keep rate (power-checked,
+"""Tests of dpmf_lit.papers.pdp (Zhang et al.): the privacy specification generator, the sampler's keep rate (power-checked,
 a wrong sampler rejected), the eta sampler DP-PMF uses (norm ~ Gamma(d, Delta/eps), uniform direction, half scale
 rejected), the sample-then-t-DP theorem and the exact replacement bound on exact toy models, the mechanisms'
 reports, and bad input."""
@@ -10,8 +10,8 @@ from scipy import stats
 
 from dpmf_lit.data import Ratings
 from dpmf_lit import pdp as P
-from dpmf_lit.stats import ACCEPT, REJECT, independence_p, ks_p
-from dpmf_lit.testing import small_split
+from dpmf_lit.core.stats import ACCEPT, REJECT, independence_p, ks_p
+from dpmf_lit.model.testing import small_split
 
 N = 100_000
 
@@ -94,7 +94,7 @@ def test_pdp_report():
 # ---------------------------------------------------------------- the eta sampler of DP-PMF (Hua's, reused)
 @pytest.mark.parametrize("d, eps, Delta", [(20, 0.1, 5.0), (3, 0.5, 4.0)])
 def test_dp_pmf_noise_norm_gamma_direction_uniform_half_scale_rejected(d, eps, Delta):
-    from dpmf_lit.hua import sample_item_noise
+    from dpmf_lit.papers.hua import sample_item_noise
     eta = sample_item_noise(N // d * 4, d, eps, Delta, seed=7)
     rad = np.linalg.norm(eta, axis=1)
     assert ks_p(rad, stats.gamma(d, scale=Delta / eps).cdf) > ACCEPT
@@ -200,7 +200,7 @@ def test_bad_input(call, message):
 def test_sample_then_dp_pmf_exact_loss_zero_vs_remove_reading():
     """Exact densities of (keep (p,q) w.p. pi, then DP-PMF's closed form) for one item, r_pq = 5 against r_pq = 1: in the
     'zero' reading the loss attains 4.3's exact replacement bound (<= eps_pq); in the 'remove' reading it exceeds 2 eps_pq."""
-    from dpmf_lit.hua import sample_item_noise
+    from dpmf_lit.papers.hua import sample_item_noise
     g = np.random.default_rng(0)
     d, t, e_pq, Delta = 3, 0.5, 0.1, 5.0
     Uq = g.standard_normal((6, d)); Uq /= np.linalg.norm(Uq, axis=1, keepdims=True)   # six raters of item q, unit rows

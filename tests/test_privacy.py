@@ -1,6 +1,6 @@
-"""Tests of dpmf_lit.privacy: samplers against their target distributions (with a wrong-scale control that
+"""Tests of dpmf_lit.core.privacy: samplers against their target distributions (with a wrong-scale control that
 must be rejected), calibrations and accountants against exact formulas and Google's dp_accounting,
-the one-posterior-sample theorem on exact toy models (dpmf_lit.sgld; its own tests: tests/test_sgld_proof.py) (personalized sampling: tests/test_pdp.py), and input checks."""
+the one-posterior-sample theorem on exact toy models (dpmf_lit.papers.sgld; its own tests: tests/test_sgld_proof.py) (personalized sampling: tests/test_pdp.py), and input checks."""
 import math
 
 import numpy as np
@@ -10,13 +10,13 @@ from scipy import stats
 import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
 from dpmf_lit.data import Ratings
-from dpmf_lit.mf import PrivacyReport
+from dpmf_lit.model.mf import PrivacyReport
 from dpmf_lit import privacy as P
 from dpmf_lit import sgld as S   # one posterior sample lives with its paper (the SGLD notebook)
-from dpmf_lit.gauss import mugdho_imtiaz_epsilon   # the closed form lives with its paper (nbs/06_gaussian_mf)
+from dpmf_lit.papers.gauss import mugdho_imtiaz_epsilon   # the closed form lives with its paper (nbs/06_gaussian_mf)
 
 N = 100_000          # draws per statistical test
-from dpmf_lit.stats import ACCEPT, REJECT, independence_p, ks_p
+from dpmf_lit.core.stats import ACCEPT, REJECT, independence_p, ks_p
 
 
 # ---------------------------------------------------------------- scalar samplers
@@ -313,7 +313,7 @@ BAD = [
     (lambda: P.PrivacyAccountant().gaussian(-1.0), "noise_multiplier=-1.0"),
     (lambda: P.PrivacyAccountant().gaussian(1.0).report(delta=0), "delta=0"),
     (lambda: P.PrivacyAccountant().report(method="magic"), "method='magic'"),
-    # numbers typed as text, and booleans, are refused as in the rest of the package (dpmf_lit.checks)
+    # numbers typed as text, and booleans, are refused as in the rest of the package (dpmf_lit.core.checks)
     (lambda: P.gaussian_noise(10, "3"), "sigma='3' must be a number > 0"),
     (lambda: P.laplace_noise(10, True), "scale=True must be a number > 0"),
     (lambda: P.gaussian_delta(1.0, "0.5"), "epsilon='0.5' must be a number >= 0"),

@@ -6,9 +6,9 @@ import json, math
 import numpy as np
 import pytest
 
-from dpmf_lit.cards import targets, units
-from dpmf_lit.mechanism import mechanisms
-from dpmf_lit.testing import small_split
+from dpmf_lit.model.cards import targets, units
+from dpmf_lit.model.mechanism import mechanisms
+from dpmf_lit.model.testing import small_split
 from test_cli import SMALL, dpmf
 
 MECHANISMS = mechanisms()
@@ -63,7 +63,7 @@ def test_gauss_paper_variant_prints_no_headline(split):
 
 def test_gauss_target_is_the_toolkits_epsilon(split):
     "The calibrated run's ε is what dp_accounting's PLD gives for its 2J Gaussian releases."
-    from dpmf_lit.privacy import classic_noise_multiplier, dp_accounting_pld_epsilon
+    from dpmf_lit.core.privacy import classic_noise_multiplier, dp_accounting_pld_epsilon
     m = build("gauss", epsilon=0.8, variant="both", epochs=7)
     z = classic_noise_multiplier(m.step_epsilon, m.step_delta)
     assert math.isclose(dp_accounting_pld_epsilon(z, 14, m.delta), 0.8, rel_tol=2e-3)
@@ -96,7 +96,7 @@ def test_per_rating_reports_give_the_per_user_value_by_group_privacy(split):
     assert rep.epsilon_user == pytest.approx(0.5 * k) and rep.delta_user == 0 and f"k = {k}" in rep.user_note
     m = build("gauss", variant="both", epsilon=0.8)
     g = m.fit(train).privacy   # Gaussian releases: the user's k ratings as one Gaussian of multiplier z/√(k(k+1)), not δ-blowing group privacy
-    from dpmf_lit.privacy import classic_noise_multiplier, gaussian_epsilon_exact
+    from dpmf_lit.core.privacy import classic_noise_multiplier, gaussian_epsilon_exact
     z = classic_noise_multiplier(m.step_epsilon, m.step_delta)
     assert g.delta_user == g.delta and g.epsilon_user == pytest.approx(gaussian_epsilon_exact(z / math.sqrt(k * (k + 1)), m.epochs, g.delta))
     assert g.epsilon < g.epsilon_user < math.inf and f"k = {k}" in g.user_note

@@ -1,4 +1,4 @@
-"""Every committed number comes from the committed code (`dpmf_lit.provenance`).
+"""Every committed number comes from the committed code (`dpmf_lit.records.provenance`).
 
 The first three tests read the repository as committed: no record from a dirty tree, every quick
 entry current by `stale_reason`, records made with the pinned library versions. The others check
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dpmf_lit.provenance import (TIMING, _VERSIONED, committed_results, compare_records, format_status, load_manifest,
+from dpmf_lit.records.provenance import (TIMING, _VERSIONED, committed_results, compare_records, format_status, load_manifest,
                                  load_results, stale_reason, source_hashes, status, versions)
-from dpmf_lit.settings import load_settings
+from dpmf_lit.core.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -80,7 +80,7 @@ def clone(tmp_path_factory):
 def _dpmf(cwd, *args, timeout=600):
     env = {**os.environ, "PYTHONPATH": str(cwd), "MPLBACKEND": "Agg"}
     env = {k: v for k, v in env.items() if not k.startswith("DPMF_")}
-    return subprocess.run([sys.executable, "-c", "import sys; from dpmf_lit.cli import main; sys.exit(main())", *args], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-c", "import sys; from dpmf_lit.cli.main import main; sys.exit(main())", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -91,17 +91,17 @@ def test_the_clone_runs_its_own_package(clone):
 
 
 def test_uncommitted_sources_are_refused_before_any_run(clone):
-    mf = clone / "dpmf_lit" / "mf.py"
+    mf = clone / "dpmf_lit" / "model" / "mf.py"
     before = (clone / "figures" / "results.json").read_bytes()
     mf.write_text(mf.read_text() + "\nX_UNCOMMITTED = 1\n")
     try:
         r = _dpmf(clone, "reproduce", "--profile", "smoke", "--only", "baseline-pmf-rank", "--no-progress")
         assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("dpmf: error:"), r.stderr
-        assert "dpmf_lit/mf.py" in r.stderr and "--allow-dirty" in r.stderr and "Traceback" not in r.stderr
+        assert "dpmf_lit/model/mf.py" in r.stderr and "--allow-dirty" in r.stderr and "Traceback" not in r.stderr
         assert (clone / "figures" / "results.json").read_bytes() == before           # nothing written
         assert not (clone / "build" / "smoke" / "baseline-pmf-rank.ipynb").exists()  # nothing ran
     finally:
-        _git(clone, "checkout", "--", "dpmf_lit/mf.py")
+        _git(clone, "checkout", "--", "dpmf_lit/model/mf.py")
 
 
 @pytest.mark.slow
@@ -123,8 +123,8 @@ def test_allow_dirty_records_are_unpublishable_and_stale(clone):
 
 
 def test_quoted_timings_accept_the_committed_or_the_regenerated_value(tmp_path):
-    from dpmf_lit.results import quote
-    from dpmf_lit.provenance import declared_tolerances, tolerance_for
+    from dpmf_lit.records.results import quote
+    from dpmf_lit.records.provenance import declared_tolerances, tolerance_for
     key = "interleaved.d=16,threads=1.ratio"
     assert tolerance_for(declared_tolerances("sgld-throughput"), key) == TIMING    # declared in the manifest
     res = tmp_path / "results.json"

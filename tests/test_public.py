@@ -6,13 +6,13 @@ import json, math, subprocess, sys
 import numpy as np
 import pytest
 
-from dpmf_lit.baselines import bias_sensitivity, release_item_totals
+from dpmf_lit.papers.baselines import bias_sensitivity, release_item_totals
 from dpmf_lit.data import synthetic
-from dpmf_lit.mechanism import get_mechanism
-from dpmf_lit.mf import evaluate
-from dpmf_lit.privacy import gaussian_epsilon, gaussian_sigma_analytic
-from dpmf_lit.public import DPBiasFeatures, UserFeatures, local_ridge, public_features, release_prior, split_multipliers
-from dpmf_lit.ratings import ItemFeatures, Ratings
+from dpmf_lit.model.mechanism import get_mechanism
+from dpmf_lit.model.mf import evaluate
+from dpmf_lit.core.privacy import gaussian_epsilon, gaussian_sigma_analytic
+from dpmf_lit.papers.public import DPBiasFeatures, UserFeatures, local_ridge, public_features, release_prior, split_multipliers
+from dpmf_lit.data.ratings import ItemFeatures, Ratings
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def test_dp_bias_features_report_bad_input_and_determinism(data):
 
 
 def test_with_almost_no_noise_the_released_offsets_beat_the_floor(data):
-    from dpmf_lit.compare import three_way_split
+    from dpmf_lit.studies.compare import three_way_split
     tr, va, te = three_way_split(data, 0)
     floor = evaluate(UserFeatures().fit(tr), te)["rmse"]
     loose = np.mean([evaluate(DPBiasFeatures(epsilon=1e6, seed=s).fit(tr), te)["rmse"] for s in range(2)])
@@ -105,7 +105,7 @@ def test_dpals_with_public_features_keeps_its_report_and_default(data):
 
 
 def test_command_line_user_features_prints_a_zero_report():
-    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli", "fit", "user-features", "--dataset", "ml-100k", "--json"],
+    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main", "fit", "user-features", "--dataset", "ml-100k", "--json"],
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
     out = json.loads(p.stdout)
@@ -114,7 +114,7 @@ def test_command_line_user_features_prints_a_zero_report():
 
 def test_the_fit_adds_the_noise_its_report_states(data, monkeypatch):
     "Halving either noise scale, or the prior's sensitivity 2B, in the fit itself is caught: the item totals get sigma = z1·Δ, the prior's sd is z2·2B/n."
-    import dpmf_lit.public as P
+    import dpmf_lit.papers.public as P
     seen = []
     real = P.release_item_totals
     monkeypatch.setattr(P, "release_item_totals", lambda *a, **k: (seen.append(a[3]), real(*a, **k))[1])

@@ -85,50 +85,7 @@ def test_cells_that_nbdev_runs_for_the_site_stand_alone():
     assert not bad, f"cells mixing imports with other code (split the imports into a cell of their own): {bad}"
 
 
-# ---------------------------------------------------------------- rooms small enough to read
-MAX_MODULE_LINES = 500   # the aim: a module a reader can hold in mind (the generated index _modidx is not read)
-
-
-def _package_imports() -> dict:
-    "Module -> the package modules it imports at its top level (`from .x import` / `from . import x`)."
-    import ast
-    graph = {}
-    for path in sorted((ROOT / "dpmf_lit").glob("*.py")):
-        deps = set()
-        for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                deps |= {node.module} if node.module else {a.name for a in node.names}
-        graph[path.stem] = deps - {path.stem}
-    return graph
-
-
-def test_no_module_is_over_the_size_limit():
-    sizes = {p.name: len(p.read_text().splitlines()) for p in (ROOT / "dpmf_lit").glob("*.py") if p.name != "_modidx.py"}
-    big = {k: v for k, v in sizes.items() if v > MAX_MODULE_LINES}
-    assert not big, f"modules over {MAX_MODULE_LINES} lines (split them along their seams): {big}"
-
-
-def test_the_package_import_graph_has_no_cycles():
-    graph = _package_imports()
-    state = {}
-    def visit(m, path):
-        if state.get(m) == "done": return
-        assert state.get(m) != "open", f"import cycle: {' -> '.join(path + [m])}"
-        state[m] = "open"
-        for d in sorted(graph.get(m, ())): visit(d, path + [m])
-        state[m] = "done"
-    for m in graph: visit(m, [])
-
-
-def test_the_privacy_toolkit_does_not_depend_on_matrix_factorization():
-    graph = _package_imports()
-    def closure(m, seen=()):
-        out = set()
-        for d in graph.get(m, ()):
-            if d not in out: out |= {d} | closure(d)
-        return out
-    assert not closure("privacy") & {"mf", "mechanism", "kernels"}, closure("privacy")
-    assert not closure("stats") - {"checks"}, closure("stats")   # shared statistics sit at the bottom
+# The layers, the import graph and private names: tests/test_layers.py
 
 
 def test_what_a_build_leaves_in_the_clone_is_ignored():

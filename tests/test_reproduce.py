@@ -1,4 +1,4 @@
-"""End-to-end tests of the papermill batch (`dpmf_lit.reproduce`).
+"""End-to-end tests of the papermill batch (`dpmf_lit.batch.reproduce`).
 
 Two kinds of manifests are used:
 * the repository's own manifest, smoke profile (synthetic data, real experiment notebooks),
@@ -12,10 +12,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from dpmf_lit.experiment import FORMATS, record, save_figure
-from dpmf_lit.provenance import ManifestError, load_manifest, load_results
-from dpmf_lit.reproduce import reproduce, run_entry
-from dpmf_lit.settings import load_settings
+from dpmf_lit.records.experiment import FIGURE_FORMATS, record, save_figure
+from dpmf_lit.records.provenance import ManifestError, load_manifest, load_results
+from dpmf_lit.batch.reproduce import reproduce, run_entry
+from dpmf_lit.core.settings import load_settings
 
 
 def tmp_settings(tmp: Path, manifest=None):
@@ -36,7 +36,7 @@ PARAMS = 'dataset = "synthetic"\nout_dir = None\ndata_dir = None\nthreads = None
 GOOD = '''
 import matplotlib; matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from dpmf_lit.experiment import experiment_dir, record, save_figure
+from dpmf_lit.records.experiment import experiment_dir, record, save_figure
 out = experiment_dir(out_dir)
 for name in NAMES:
     fig, ax = plt.subplots(); ax.plot([0, 1], [0, value]); ax.set_title(name)
@@ -171,7 +171,7 @@ def check_three(s, summary):
     assert "deliberate failure after g1" in g.log.read_text()
     assert "FAILED" in str(summary) and str(g.log) in str(summary)
     figs = all_files(s.figures_dir)
-    assert {f"testpaper/{n}.{x}" for n in ("a1", "a2", "b") for x in FORMATS} <= figs
+    assert {f"testpaper/{n}.{x}" for n in ("a1", "a2", "b") for x in FIGURE_FORMATS} <= figs
     assert not [f for f in figs if "/g" in f or f.startswith(".") or "/." in f], figs  # no half output, no temporaries
     records = load_results(s.results_file)
     assert set(records) == {"alpha", "beta"}
@@ -340,27 +340,27 @@ def test_missing_manual_dataset_fails_fast(tmp_path):
 
 
 def test_stamp_follows_the_modules_a_run_imported(three):
-    from dpmf_lit.provenance import is_up_to_date, source_hashes
+    from dpmf_lit.records.provenance import is_up_to_date, source_hashes
     s = three
     assert reproduce(profile="smoke", settings=s, only="alpha", progress=False).outcomes[0].status == "ok"
     records = load_results(s.results_file)
     entry = [e for e in load_manifest(settings=s) if e.id == "alpha"][0]
     used = records["alpha"]["modules"]
-    assert "dpmf_lit.experiment" in used and "dpmf_lit.bench" not in used
-    assert "dpmf_lit.reproduce" not in used   # the runner can change without staling a figure
+    assert "dpmf_lit.records.experiment" in used and "dpmf_lit.studies.bench" not in used
+    assert "dpmf_lit.batch.reproduce" not in used   # the runner can change without staling a figure
     hashes = source_hashes()
     assert is_up_to_date(entry, "smoke", s, records, hashes)
-    assert is_up_to_date(entry, "smoke", s, records, {**hashes, "dpmf_lit.bench": "changed"})      # not imported
-    assert not is_up_to_date(entry, "smoke", s, records, {**hashes, "dpmf_lit.experiment": "changed"})  # imported
-    from dpmf_lit.provenance import stale_reason
-    assert stale_reason(entry, "smoke", s, records, {**hashes, "dpmf_lit.experiment": "x"}) == "stale: changed dpmf_lit.experiment"
+    assert is_up_to_date(entry, "smoke", s, records, {**hashes, "dpmf_lit.studies.bench": "changed"})      # not imported
+    assert not is_up_to_date(entry, "smoke", s, records, {**hashes, "dpmf_lit.records.experiment": "changed"})  # imported
+    from dpmf_lit.records.provenance import stale_reason
+    assert stale_reason(entry, "smoke", s, records, {**hashes, "dpmf_lit.records.experiment": "x"}) == "stale: changed dpmf_lit.records.experiment"
 
 
 # --- figures are checked, progress, timeouts, interrupts, Dask addresses, scratch folders ---------------
 
 # writes files with the promised names that are not images (a 9-byte text as .png, an empty .svg)
 FAKE = '''
-from dpmf_lit.experiment import experiment_dir, record
+from dpmf_lit.records.experiment import experiment_dir, record
 out = experiment_dir(out_dir)
 for name in NAMES:
     (out / f"{name}.png").write_text("not a png")
@@ -410,7 +410,7 @@ def sleepy_manifest(tmp_path, n=1):
 
 def test_cell_timeout_fails_fast_in_one_line(tmp_path):
     import time
-    from dpmf_lit.reproduce import SMOKE_CELL_TIMEOUT, _task, cell_timeout
+    from dpmf_lit.batch.reproduce import SMOKE_CELL_TIMEOUT, _task, cell_timeout
     m = sleepy_manifest(tmp_path)
     s = load_settings(figures_dir=tmp_path / "figures", build_dir=tmp_path / "build",
                       results_file=tmp_path / "figures" / "results.json", manifest=m, cell_timeout=3)
@@ -458,7 +458,7 @@ def test_an_interrupted_entry_leaves_no_task_exception_for_asyncio_to_print(tmp_
     on the terminal. A cleanup slowed down after the kernel has died makes that race certain here."""
     import asyncio, gc, logging, signal, threading, time
     from jupyter_client.manager import AsyncKernelManager
-    from dpmf_lit.reproduce import _task
+    from dpmf_lit.batch.reproduce import _task
     m = sleepy_manifest(tmp_path)
     s = tmp_settings(tmp_path, m)
     task = _task(load_manifest(settings=s)[0], "smoke", s)
@@ -486,7 +486,7 @@ def test_an_interrupted_entry_leaves_no_task_exception_for_asyncio_to_print(tmp_
 
 def test_unreachable_dask_scheduler_fails_fast(three):
     import socket, time
-    from dpmf_lit.checks import UserError
+    from dpmf_lit.core.checks import UserError
     with socket.socket() as sock:  # a port on which nothing listens
         sock.bind(("127.0.0.1", 0)); port = sock.getsockname()[1]
     t0 = time.perf_counter()
@@ -500,13 +500,13 @@ def test_unreachable_dask_scheduler_fails_fast(three):
 
 def test_scratch_folders_are_removed_when_the_process_ends(tmp_path):
     import subprocess, tempfile
-    from dpmf_lit.experiment import experiment_dir
-    code = "from dpmf_lit.experiment import experiment_dir; print(experiment_dir())"
+    from dpmf_lit.records.experiment import experiment_dir
+    code = "from dpmf_lit.records.experiment import experiment_dir; print(experiment_dir())"
     made = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert made and "dpmf-experiment-" in made and not Path(made).exists()
     # in a process-pool worker too, as nbdev-test runs notebooks (multiprocessing's exit hook; atexit does not run there)
     code = ("import multiprocessing as mp\nfrom concurrent.futures import ProcessPoolExecutor\n"
-            "from dpmf_lit.experiment import experiment_dir\ndef f(_): return str(experiment_dir())\n"
+            "from dpmf_lit.records.experiment import experiment_dir\ndef f(_): return str(experiment_dir())\n"
             "if __name__ == '__main__':\n    with ProcessPoolExecutor(1, mp_context=mp.get_context('fork')) as p: print(list(p.map(f, [0]))[0])\n")
     (tmp_path / "pool.py").write_text(code)
     made = subprocess.run([sys.executable, str(tmp_path / "pool.py")], capture_output=True, text=True, check=True).stdout.strip()

@@ -3,7 +3,7 @@
 are in test_baselines.py; here the rows of PMF and the papers' mechanisms, and what their reports now say."""
 import pytest
 
-from dpmf_lit.cli import fit_report
+from dpmf_lit.cli.main import fit_report
 
 # (mechanism, parameters, the reviewer's test RMSE, what the report must be)
 ROWS = [("pmf", {}, 0.901, "non-private"),

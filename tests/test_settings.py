@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dpmf_lit import cli
-from dpmf_lit.settings import PATHS_HELP, find_settings_file, load_settings, package_settings_file
+from dpmf_lit.core.settings import PATHS_HELP, find_settings_file, load_settings, package_settings_file
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = "synthetic:n_users=50,n_items=40,n_ratings=1000"
@@ -64,7 +64,7 @@ def test_the_packaged_copy_keeps_data_in_the_user_data_folder(elsewhere, monkeyp
     s = load_settings(package_settings_file(), env={"XDG_DATA_HOME": str(xdg)})
     assert s.packaged and s.data_dir == xdg / "dpmf-lit" / "data" and s.figures_dir == xdg / "dpmf-lit" / "figures"
     assert s.dataset("ml-100k").sha256  # the data-set entries come with it
-    from dpmf_lit.provenance import load_manifest
+    from dpmf_lit.records.provenance import load_manifest
     with pytest.raises(FileNotFoundError, match="come with a clone of dpmf-lit"): load_manifest(settings=s)
     monkeypatch.setenv("HOME", str(elsewhere.parent / "home"))
     assert load_settings(package_settings_file(), env={}).data_dir == elsewhere.parent / "home" / ".local" / "share" / "dpmf-lit" / "data"

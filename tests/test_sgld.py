@@ -6,10 +6,10 @@ import pytest
 from scipy import stats
 
 from dpmf_lit.data import synthetic
-from dpmf_lit.kernels import numba_threads, prepare_sgd_blocks
-from dpmf_lit.sgld import (SGLD, clipped_loglik, gaussian_table, fresh_normals, local_user_fit, ou_coefficients, reweighting, sgld_epoch,
+from dpmf_lit.core.kernels import numba_threads, prepare_sgd_blocks
+from dpmf_lit.papers.sgld import (SGLD, clipped_loglik, gaussian_table, fresh_normals, local_user_fit, ou_coefficients, reweighting, sgld_epoch,
                            sgld_epoch_numpy, sgld_epoch_parallel, trim_ratings, user_loglik_bound)
-from dpmf_lit.stats import ACCEPT, REJECT, ks_p
+from dpmf_lit.core.stats import ACCEPT, REJECT, ks_p
 
 
 def _problem(n_u=60, n_i=25, n=900, d=3, seed=0, eta=0.03, lam=2.0, lam_b=1.0):

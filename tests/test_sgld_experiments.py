@@ -30,9 +30,9 @@ def _ml20m_fixture(data: Path, n_users=150, n_items=80, n=4000, seed=0):
 
 @pytest.fixture(scope="module")
 def paper_run(tmp_path_factory):
-    from dpmf_lit.provenance import load_results
-    from dpmf_lit.reproduce import reproduce
-    from dpmf_lit.settings import load_settings
+    from dpmf_lit.records.provenance import load_results
+    from dpmf_lit.batch.reproduce import reproduce
+    from dpmf_lit.core.settings import load_settings
     tmp = tmp_path_factory.mktemp("sgld_paper")
     data = tmp / "data"
     n = _ml20m_fixture(data)

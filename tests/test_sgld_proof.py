@@ -1,4 +1,4 @@
-"""Tests of the one-posterior-sample proof and the honest gap (dpmf_lit.sgld): the clipped log-likelihood stays in
+"""Tests of the one-posterior-sample proof and the honest gap (dpmf_lit.papers.sgld): the clipped log-likelihood stays in
 its bound, the OPS constants hold on exact discrete posteriors and are reached by adversarial instances, per-user weights
 give what the prose says, the tiny model's exact posterior and sampler, the reference SGLD, and the privacy audit (valid
 on exact samplers and on a Laplace mechanism of known ε, and catching a broken release)."""
@@ -11,8 +11,8 @@ from scipy import stats
 from dpmf_lit import sgld as S
 from dpmf_lit import stats as ST
 from dpmf_lit import sgld_checks as X
-from dpmf_lit.privacy import laplace_noise
-from dpmf_lit.stats import ACCEPT, REJECT, ks_p
+from dpmf_lit.core.privacy import laplace_noise
+from dpmf_lit.core.stats import ACCEPT, REJECT, ks_p
 
 NB = S.NEIGHBOURING
 

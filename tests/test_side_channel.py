@@ -5,16 +5,16 @@ import dataclasses, json
 import numpy as np
 import pytest
 
-from dpmf_lit.audit import declared_pair, neighbours
+from dpmf_lit.studies.audit import declared_pair, neighbouring_pair
 from dpmf_lit.data import Ratings
-from dpmf_lit.mechanism import mechanisms
-from dpmf_lit.privacy import GROUP_CLAUSE, TIME_CLAUSE
-from dpmf_lit.synthetic import synthetic
+from dpmf_lit.model.mechanism import mechanisms
+from dpmf_lit.core.privacy import GROUP_CLAUSE, TIME_CLAUSE
+from dpmf_lit.data.synthetic import synthetic
 
 GUARANTEED = {"dp-bias", "dp-bias-features", "user-features", "user-mean", "dpals", "hua", "hua-protocol", "dp-pmf",
               "pdp-pmf", "gauss", "sgld", "xin"}
 
-# What a fit may print that differs between neighbours, each with the words of the scope that declare it not covered.
+# What a fit may print that differs between neighbouring_pair, each with the words of the scope that declare it not covered.
 # History keys every mechanism may have: the wall time (fit_randomness adds TIME_CLAUSE to every fit's scope).
 HISTORY_EXEMPT = {"*": {"seconds": TIME_CLAUSE},
                   "hua": {"train_rmse": "U's training history"},                 # U's non-private MF, per epoch
@@ -28,7 +28,7 @@ PARAMS_EXEMPT = {"xin": {"weight": "the weight chosen on the public users' held-
 def guaranteed():
     out = []
     for name, cls in mechanisms().items():
-        rep = make(cls).fit(neighbours("value")[0]).privacy
+        rep = make(cls).fit(neighbouring_pair("value")[0]).privacy
         if rep.method != "non-private": out.append(name)
     return out
 
@@ -81,9 +81,9 @@ def diff(a: dict, b: dict) -> list:
 @pytest.mark.parametrize("name", sorted(GUARANTEED))
 def test_fit_prints_nothing_data_dependent(name):
     cls = mechanisms()[name]
-    rep = make(cls).fit(neighbours("value")[0]).privacy
+    rep = make(cls).fit(neighbouring_pair("value")[0]).privacy
     unit = "user" if str(rep.unit).startswith("user") else "rating"
-    pairs = {declared_pair(rep): neighbours(declared_pair(rep)), **larger_pairs(unit)}
+    pairs = {declared_pair(rep): neighbouring_pair(declared_pair(rep)), **larger_pairs(unit)}
     for label, (D, D2) in pairs.items():
         D, D2 = same_name(D, D2)
         a, b = printed(make(cls).fit(D), name), printed(make(cls).fit(D2), name)
@@ -95,7 +95,7 @@ def test_fit_prints_nothing_data_dependent(name):
 def test_dp_bias_does_not_print_how_many_ratings_were_kept():
     "Seven and six ratings, all kept: the report said '7 of 7' and '6 of 6 kept', a certain distinguisher."
     cls = mechanisms()["dp-bias"]
-    D, D2 = same_name(*neighbours("user-absent"))
+    D, D2 = same_name(*neighbouring_pair("user-absent"))
     a, b = make(cls).fit(D).privacy, make(cls).fit(D2).privacy
     assert a.notes == b.notes and " kept)" not in a.notes and str(a) == str(b)
 
@@ -108,12 +108,12 @@ def _write(path, R):
 @pytest.mark.parametrize("name", sorted(GUARANTEED))
 def test_cli_json_prints_nothing_data_dependent(name, tmp_path, monkeypatch):
     "`dpmf fit --json` on the declared pair (same file name, same split): only the fields it names as not covered differ."
-    from dpmf_lit.cli import NOT_COVERED, fit_report
+    from dpmf_lit.cli.main import NOT_COVERED, fit_report
     cls = mechanisms()[name]
-    rep = make(cls).fit(neighbours("value")[0]).privacy
+    rep = make(cls).fit(neighbouring_pair("value")[0]).privacy
     pair = {"absent": "value", "user-absent": "user"}.get(declared_pair(rep), declared_pair(rep))   # equal sizes: the same split
     out = []
-    for side, R in zip("ab", neighbours(pair)):
+    for side, R in zip("ab", neighbouring_pair(pair)):
         (tmp_path / side).mkdir()
         _write(tmp_path / side / "r.data", R)
         monkeypatch.chdir(tmp_path / side)
@@ -134,7 +134,7 @@ def test_cli_json_prints_nothing_data_dependent(name, tmp_path, monkeypatch):
 # --- The data a fit takes is checked first: a repeated pair or a rating off the scale breaks every sensitivity bound.
 
 def _bad(kind: str) -> Ratings:
-    D = neighbours("value")[0]
+    D = neighbouring_pair("value")[0]
     u, i, r = D.user, D.item, D.rating.copy()
     if kind == "duplicate": u, i, r = np.r_[u, u[:1]], np.r_[i, i[:1]], np.r_[r, r[:1]]
     else: r[0] = 7.0
@@ -155,13 +155,13 @@ def test_fit_refuses_invalid_ratings_before_any_work(name, kind, monkeypatch):
 
 
 def test_fit_validates_the_validation_ratings_too():
-    D = neighbours("value")[0]
+    D = neighbouring_pair("value")[0]
     with pytest.raises(ValueError, match=r"valid='hand-built': duplicate"): make(mechanisms()["pmf"]).fit(D, valid=_bad("duplicate"))
 
 
 def test_dp_bias_refuses_a_repeated_pair_that_would_break_its_bound():
     "A user with one pair repeated 50 times would move w by far more than the sensitivity √(2τ) the noise is calibrated to."
-    D = neighbours("value")[0]
+    D = neighbouring_pair("value")[0]
     k = np.r_[np.arange(len(D)), np.zeros(50, int)]
     dup = Ratings(D.user[k], D.item[k], D.rating[k], D.n_users, D.n_items, 1.0, 5.0, name="hand-built")
     with pytest.raises(ValueError, match="train='hand-built': duplicate"): mechanisms()["dp-bias"](max_ratings=5, seed=0).fit(dup)

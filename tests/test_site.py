@@ -81,8 +81,8 @@ def test_make_docs_and_preview_use_the_site_module():
     text = subprocess.run(["make", "-n", "docs", "preview", "readme"], cwd=ROOT,
                           capture_output=True, text=True, check=True).stdout
     assert "nbdev-proc-nbs" not in text and "nbdev-docs" not in text
-    assert "-m dpmf_lit.site --docs" in text and "-m dpmf_lit.site --preview site-preview" in text
-    assert "-m dpmf_lit.site --readme" in text
+    assert "-m dpmf_lit.batch.site --docs" in text and "-m dpmf_lit.batch.site --preview site-preview" in text
+    assert "-m dpmf_lit.batch.site --readme" in text
 
 
 # --- the offline preview ---
@@ -199,7 +199,7 @@ def test_every_module_and_notebook_is_listed():
 
 def test_export_lists_every_module_by_configuration():
     import nbdev.config
-    assert "dpmf_lit.site:ListEveryModule" in nbdev.config.get_config(ROOT).get("export_procs", [])
+    assert "dpmf_lit.batch.site:ListEveryModule" in nbdev.config.get_config(ROOT).get("export_procs", [])
     saved = nbdev.config._substantive
     try:
         site.ListEveryModule().begin()

@@ -1,4 +1,4 @@
-"""Xin & Jaakkola (NIPS 2014): the Sigma-form EM, Eq. 4, PMD/PMC and the mechanism 'xin' (dpmf_lit.xin).
+"""Xin & Jaakkola (NIPS 2014): the Sigma-form EM, Eq. 4, PMD/PMC and the mechanism 'xin' (dpmf_lit.papers.xin).
 
 Statistical, bad-input and end-to-end checks; the derivations are in nbs/08_public_private."""
 import itertools
@@ -9,9 +9,9 @@ import pytest
 from scipy import stats
 
 from dpmf_lit.data import random_split, synthetic
-from dpmf_lit.mechanism import get_mechanism
-from dpmf_lit.stats import ACCEPT, REJECT
-from dpmf_lit.xin import (MODES, WEIGHTS, XinPublicPrivate, e_step, eq4_direct, fit_sigma, holdout_rows, item_means,
+from dpmf_lit.model.mechanism import get_mechanism
+from dpmf_lit.core.stats import ACCEPT, REJECT
+from dpmf_lit.papers.xin import (MODES, WEIGHTS, XinPublicPrivate, e_step, eq4_direct, fit_sigma, holdout_rows, item_means,
                           laplace_response, local_factor, m_step, m_step_lowrank, m_step_top, objective, pmc_response, pmd_candidates, pmd_response,
                           soft_impute, sslp_constant, sslp_response, trace_weights, user_rows)
 
@@ -266,7 +266,7 @@ def test_paper_profile_on_an_ml10m_fixture(tmp_path):
     import json
     from pathlib import Path
     from dpmf_lit.data import load_movielens_dat
-    from dpmf_lit.splits import holdout_per_user
+    from dpmf_lit.data.splits import holdout_per_user
     r = load_movielens_dat(_ml10m_fixture(tmp_path / "ratings.dat"), name="ml-10m")
     assert r.rating_min == 0.5 and len(np.unique(r.rating)) == 10   # K = 10 as in the paper
     man = json.loads((Path(__file__).parents[1] / "nbs/experiments/manifest.json").read_text())
