@@ -7,7 +7,8 @@ import ctypes, importlib.util, math, multiprocessing, time
 import numpy as np
 import pytest
 
-from dpmf_lit import bench, machine, reference_engines
+from dpmf_lit.studies import bench, reference_engines
+from dpmf_lit.core import machine
 from dpmf_lit.studies.bench import ENGINES, bench_ratios, format_table, run_bench
 
 REQUIRED = {"engine": str, "dataset": str, "d": int, "threads": int, "updates_per_s": float,

@@ -2,7 +2,8 @@
 the studies' lists are generated from the cards. A mechanism with a guarantee that no study shows fails here."""
 from pathlib import Path
 
-from dpmf_lit import audit, compare, outputs
+from dpmf_lit.studies import audit, compare
+from dpmf_lit.batch import outputs
 from dpmf_lit.model.cards import ROLES, Card, cards
 from dpmf_lit.model.mechanism import mechanisms
 

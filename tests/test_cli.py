@@ -114,7 +114,7 @@ def test_reproduce_smoke_via_cli(tmp_path):
 
 
 def test_bench_json_contract():
-    from dpmf_lit import bench  # noqa: F401  (skip cleanly if the bench module is absent)
+    from dpmf_lit.studies import bench  # noqa: F401  (skip cleanly if the bench module is absent)
     p = dpmf("bench", "--quick", "--engines", "dpmf-sgd", "--threads", "1", "--json")
     assert p.returncode == 0, p.stderr
     rows = json.loads(p.stdout)
@@ -205,7 +205,7 @@ def test_help_says_how_paths_are_resolved():
 
 
 def test_internal_error_is_one_line_with_a_debug_hint(monkeypatch, capsys):
-    from dpmf_lit import cli
+    from dpmf_lit.cli import main as cli
     def broken(args): raise KeyError("deliberate")
     monkeypatch.setattr(cli, "cmd_data_list", broken)
     assert cli.main(["data", "list"]) == 1
@@ -218,7 +218,8 @@ def test_internal_error_is_one_line_with_a_debug_hint(monkeypatch, capsys):
 @pytest.mark.parametrize("exc", [OSError("could not fetch ml-100k; every source failed"), MemoryError(),
                                  OverflowError("int too large to convert")])
 def test_environment_errors_are_user_errors(exc, monkeypatch, capsys):
-    from dpmf_lit import cli, data
+    from dpmf_lit.cli import main as cli
+    from dpmf_lit import data
     def fail(*a, **k): raise exc
     monkeypatch.setattr(data, "fetch_dataset", fail)
     assert cli.main(["data", "fetch", "ml-100k"]) == 2
@@ -227,7 +228,8 @@ def test_environment_errors_are_user_errors(exc, monkeypatch, capsys):
 
 
 def test_user_error_is_exit_2(monkeypatch, capsys):
-    from dpmf_lit import cli, data
+    from dpmf_lit.cli import main as cli
+    from dpmf_lit import data
     from dpmf_lit.core.checks import UserError
     def fail(*a, **k): raise UserError("no network: download ml-100k by hand into data/ml-100k")
     monkeypatch.setattr(data, "fetch_dataset", fail)
@@ -315,7 +317,7 @@ def test_printed_report_fits_the_screen(mech):
 
 
 def test_json_run_shows_progress_on_a_terminal(monkeypatch, capsys):
-    from dpmf_lit import cli
+    from dpmf_lit.cli import main as cli
     seen = {}
     def spy(*a, **k):
         seen.update(k)

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpmf_lit import datasets as DS
-from dpmf_lit import synthetic as SY
+from dpmf_lit.data import datasets as DS
+import dpmf_lit.data.synthetic as SY
 from dpmf_lit.core.checks import UserError
 from dpmf_lit.data.ratings import sha256_arrays
 from dpmf_lit.data import (Ratings, fetch_dataset, filter_counts, holdout_per_user, kfold, list_datasets, load_anime,

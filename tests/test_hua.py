@@ -17,7 +17,7 @@ from dpmf_lit.papers.hua_attacks import (ProbingRecommender, ZeroProbeRecommende
                                   online_set_attack)
 from dpmf_lit.core.stats import uniformity_pvalues
 from dpmf_lit.core.privacy import l2_laplace_noise, laplace_noise
-from dpmf_lit import hua, hua_protocol
+from dpmf_lit.papers import hua, hua_protocol
 
 from dpmf_lit.core.stats import ACCEPT, REJECT, independence_p, ks_p
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpmf_lit import datasets as DS
+from dpmf_lit.data import datasets as DS
 from dpmf_lit.core.checks import UserError
 from dpmf_lit.data import (ITEM_FORMATS, ItemFeatures, ItemTable, Ratings, attach_item_features, encode_items,
                            features_for, fetch_dataset, item_table_sha256, list_datasets, load_dataset, load_file,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dpmf_lit import outputs, site
+from dpmf_lit.batch import outputs, site
 from dpmf_lit.records.provenance import _VERSIONED, versions
 from dpmf_lit.core.settings import load_settings
 

@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from dpmf_lit.data import Ratings
-from dpmf_lit import pdp as P
+from dpmf_lit.papers import pdp as P
 from dpmf_lit.core.stats import ACCEPT, REJECT, independence_p, ks_p
 from dpmf_lit.model.testing import small_split
 

@@ -11,8 +11,8 @@ import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
 from dpmf_lit.data import Ratings
 from dpmf_lit.model.mf import PrivacyReport
-from dpmf_lit import privacy as P
-from dpmf_lit import sgld as S   # one posterior sample lives with its paper (the SGLD notebook)
+from dpmf_lit.core import privacy as P
+from dpmf_lit.papers import sgld as S   # one posterior sample lives with its paper (the SGLD notebook)
 from dpmf_lit.papers.gauss import mugdho_imtiaz_epsilon   # the closed form lives with its paper (nbs/06_gaussian_mf)
 
 N = 100_000          # draws per statistical test

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dpmf_lit import cli
+from dpmf_lit.cli import main as cli
 from dpmf_lit.core.settings import PATHS_HELP, find_settings_file, load_settings, package_settings_file
 
 ROOT = Path(__file__).resolve().parents[1]

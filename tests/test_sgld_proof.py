@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpmf_lit import sgld as S
-from dpmf_lit import stats as ST
-from dpmf_lit import sgld_checks as X
+from dpmf_lit.papers import sgld as S
+from dpmf_lit.core import stats as ST
+from dpmf_lit.papers import sgld_checks as X
 from dpmf_lit.core.privacy import laplace_noise
 from dpmf_lit.core.stats import ACCEPT, REJECT, ks_p
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dpmf_lit import site
+from dpmf_lit.batch import site
 
 ROOT = Path(__file__).resolve().parents[1]
 NBS = sorted(p for p in (ROOT / "nbs").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)

@@ -166,7 +166,8 @@ def fit_report(mechanism: str, dataset: str, params: dict | None = None, test_fr
                settings=None, progress: bool = False, format: str | None = None, on_duplicate: str | None = None,
                item_features: str | None = None, item_format: str | None = None) -> dict:
     "Fit `mechanism` on a random split of `dataset` (a settings.ini name, a ratings file or `synthetic:...`); the dict `dpmf fit --json` prints."
-    from dpmf_lit import data, mf
+    from dpmf_lit import data
+    from dpmf_lit.model import mf
     from dpmf_lit.model.mechanism import get_mechanism
     test_fraction = check_fraction("test_fraction", test_fraction)
     params, options = dict(params or {}), ({} if on_duplicate is None else {"on_duplicate": on_duplicate})
@@ -253,7 +254,7 @@ def _bench_options(p: argparse.ArgumentParser):
                         "the same data and threads (no NAME: dp-bias, user-features, dpals, dp-bias-features, user-mean; default data: synthetic-netflix)")
 
 def _bench_mechanisms(args) -> int:
-    from dpmf_lit import bench_mechanisms as bm
+    from dpmf_lit.studies import bench_mechanisms as bm
     from dpmf_lit.model.mechanism import get_mechanism
     names = args.mechanisms or list(bm.FAST)
     for n in names: get_mechanism(n)                        # an unknown name: a usage error before any work
@@ -264,7 +265,7 @@ def _bench_mechanisms(args) -> int:
     return 0
 
 def cmd_bench(args) -> int:
-    from dpmf_lit import bench
+    from dpmf_lit.studies import bench
     if args.mechanisms is not None: return _bench_mechanisms(args)
     sig = inspect.signature(bench.run_bench).parameters
     kwargs = {k: getattr(args, k) for k in _BENCH_OPTIONS if k in sig and getattr(args, k, None) is not None}

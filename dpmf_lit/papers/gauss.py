@@ -19,7 +19,7 @@ from ..model.mechanism import Factors, Mechanism, PrivacyReport, register_mechan
 from dp_accounting import GaussianDpEvent, SelfComposedDpEvent
 from ..core.privacy import (Unit, PrivacyAccountant, Release, classic_noise_multiplier, dp_accounting_pld_epsilon, dp_accounting_rdp_epsilon,
                       gaussian_epsilon_exact, gaussian_epsilon_rdp)
-from .. import checks
+from ..core import checks
 from ..core.checks import Bool, Choice, Float, Fraction, Int, Positive
 from ..model.cards import Card, Contender, grid_of
 

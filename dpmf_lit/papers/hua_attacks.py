@@ -7,7 +7,7 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/hua_attacks.html.md"""
 # %% ../../nbs/04a_hua_attacks.ipynb #f8ee5780
 from __future__ import annotations
 import numpy as np
-from .. import checks
+from ..core import checks
 from .hua_protocol import ProtocolRun, Recommender
 
 # %% auto #0

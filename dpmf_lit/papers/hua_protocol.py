@@ -13,7 +13,7 @@ from fastcore.basics import patch
 import pandas as pd
 from numba import njit
 from tqdm.auto import tqdm
-from .. import checks
+from ..core import checks
 from ..data import Ratings
 from ..model.mf import PMF, FittedModel, Mechanism, PrivacyReport, register_mechanism
 from ..model.mechanism import Factors

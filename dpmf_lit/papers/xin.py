@@ -13,7 +13,7 @@ from fastcore.basics import patch
 from scipy.sparse.linalg import svds
 from numba import njit
 from tqdm.auto import tqdm
-from .. import checks
+from ..core import checks
 from ..core.checks import Choice, Float, Int, Positive
 from dp_accounting import SelfComposedDpEvent
 from ..core.privacy import PureDpEvent, Release, Unit

@@ -12,9 +12,9 @@ import numpy as np
 import numba
 from tqdm.auto import tqdm
 from .. import data as dpdata
-from .. import mf as dpmf
+from ..model import mf as dpmf
 from ..core.kernels import numba_threads
-from .. import checks
+from ..core import checks
 from ..core.machine import cpu_times, time_call, compute_scaling, machine_load, random_row_rate, stream_bandwidth
 from .reference_engines import import_libmf, reference_row, sample_rmse, bench_subsample
 
@@ -131,7 +131,7 @@ def bench_dpmf(r, d: int, threads: int, epochs: int, repeats: int, kernel: str =
 def _bench_sgld(r, d: int, threads: int, epochs: int, repeats: int, noise: str = "table", table_size: int = 65_536,
                 seed: int = 0, layout: str = "user") -> dict:
     "Time `epochs` epochs of the SGLD kernel (Gaussian `noise` from a table or fresh) on the SGD engine's grid; best of `repeats`."
-    from dpmf_lit import sgld
+    from dpmf_lit.papers import sgld
     with numba_threads(threads):
         t0 = time.perf_counter()
         _, epoch = sgld.bench_epoch(r, d, threads, noise, table_size, seed, layout)

@@ -23,7 +23,7 @@ def read_sgld(params: dict | None = None, seeds=(0, 1)) -> Reading:
     its power γλ_r, the per-user weights, the ratings each user keeps and the clip [lo, hi] — read off the call of the
     epoch kernel, and the ε of one exact sample from it, by the one-sided OPS constant (2M replace, M add/remove with M a
     user's log-likelihood range). It must not exceed each user's claimed ε_i. The premise (an exact sample) is the report's condition."""
-    from dpmf_lit import sgld as S
+    from dpmf_lit.papers import sgld as S
     params = dict(d=2, epochs=1, max_ratings=3, **(params or {}))
     reading = Reading("sgld", params, math.nan)
     for s in seeds:
