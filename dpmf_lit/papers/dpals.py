@@ -15,7 +15,7 @@ from fastcore.basics import patch
 from ..core.checks import Bool, Choice, Float, Fraction, Int, Positive, check_choice, check_fraction, check_int, check_positive
 from ..data import Ratings
 from ..core.kernels import als_sweep, to_csr
-from .hua import normal_equations, clip_rows
+from ..model.linalg import clip_rows, normal_equations
 from ..model.mechanism import Factors, Mechanism, register_mechanism
 from dp_accounting import GaussianDpEvent, SelfComposedDpEvent
 from ..core.privacy import NEIGHBOURING, PrivacyReport, Release, Unit, gaussian_epsilon, gaussian_release, gaussian_sigma_analytic

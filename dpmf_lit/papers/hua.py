@@ -14,64 +14,19 @@ from numba import njit, prange
 from ..data import Ratings
 from ..model.mf import PMF, FittedModel, Mechanism, PrivacyReport, register_mechanism, to_csr
 from ..core.kernels import prefetch_row
+from ..model.linalg import clip_rows, item_index, item_normal_equations, normal_equations  # noqa: F401
 from ..core.checks import check_int, check_positive
 from ..core.privacy import PureDpEvent, Release, Unit, l2_laplace_noise, laplace_noise
 from ..model.cards import Card, Contender, grid_of
 
 # %% auto #0
-__all__ = ['NOISES', 'item_index', 'item_degrees', 'normal_equations', 'item_normal_equations', 'solve_item_factors', 'clip_rows',
-           'rating_sensitivity', 'privacy_loss', 'share_scale', 'sample_item_noise', 'gd_step_sizes', 'gd_item_factors',
-           'HuaDPMF', 'objective_log_ratio']
+__all__ = ['NOISES', 'item_degrees', 'solve_item_factors', 'rating_sensitivity', 'privacy_loss', 'share_scale',
+           'sample_item_noise', 'gd_step_sizes', 'gd_item_factors', 'HuaDPMF', 'objective_log_ratio']
 
 # %% ../../nbs/03_hua_dpmf.ipynb #f3c76d91
-def item_index(ratings: Ratings):
-    "Item-major (CSC) view via `mf.to_csr`: (ptr, users, values) with item j's raters in users[ptr[j]:ptr[j+1]]."
-    return to_csr(ratings.item, ratings.user, ratings.rating, ratings.n_items)
-
 def item_degrees(ratings: Ratings) -> np.ndarray:
     "k_j: the number of ratings of each item."
     return np.bincount(ratings.item, minlength=ratings.n_items).astype(np.int64)
-
-# %% ../../nbs/03_hua_dpmf.ipynb #6c8d12da
-@njit(cache=True, parallel=True)
-def _normal_equations_chunks(ptr, bounds, users, vals, U, reg, m0, c_item, b_user, dots, clip, A, b):
-    d = A.shape[1]
-    for g in prange(bounds.shape[0] - 1):          # chunks of items holding about equal numbers of ratings
-        for j in range(bounds[g], bounds[g + 1]):
-            for a in range(d):
-                b[j, a] = 0.0
-                for c in range(d): A[j, a, c] = 0.0
-                A[j, a, a] = reg
-            for p in range(ptr[j], ptr[j + 1]):
-                if p + 16 < users.shape[0]: prefetch_row(U, users[p + 16])   # the rows 16 ratings ahead
-                i = users[p]
-                r = np.float64(vals[p]) - m0 - c_item[j] - np.float64(b_user[i])   # the target, formed here (0s: the rating)
-                if dots.shape[0]: r -= dots[p]
-                r = min(max(r, -clip), clip)
-                for a in range(d):
-                    ua = U[i, a]
-                    b[j, a] += r * ua
-                    for c in range(d): A[j, a, c] += ua * U[i, c]
-
-def normal_equations(ptr, users, vals, U, reg, A, b, m0=0.0, c_item=None, b_user=None, dots=None, clip=math.inf):
-    "A_j = Σ u_i u_iᵀ + reg I and b_j = Σ x_ij u_i into A, b, in parallel over chunks of items balanced by their ratings; x_ij = clip(r_ij − m0 − c_j − b_i − dots, ±clip), the rating itself by default."
-    n = A.shape[0]
-    bounds = np.unique(np.searchsorted(ptr, np.linspace(0, ptr[-1], 8 * numba.get_num_threads() + 1), side="right") - 1)
-    bounds = np.unique(np.r_[0, np.clip(bounds, 0, n), n]).astype(np.int64)
-    zeros = lambda a, k: np.zeros(k) if a is None else np.ascontiguousarray(a)
-    _normal_equations_chunks(ptr, bounds, users, vals, U, float(reg), float(m0), zeros(c_item, n), zeros(b_user, U.shape[0]),
-                             zeros(dots, 0), float(clip), A, b)
-
-def item_normal_equations(ratings: Ratings, U, reg: float):
-    "A_j = sum_i I_ij u_i u_i^T + reg I and b_j = sum_i I_ij r_ij u_i for every item (float64)."
-    U = np.ascontiguousarray(U, np.float64)
-    if U.ndim != 2 or U.shape[0] != ratings.n_users:
-        raise ValueError(f"U must have shape (n_users={ratings.n_users}, d); got {U.shape}")
-    if not (math.isfinite(reg) and reg >= 0): raise ValueError(f"reg={reg!r} must be >= 0")
-    d = U.shape[1]
-    A = np.empty((ratings.n_items, d, d)); b = np.empty((ratings.n_items, d))
-    normal_equations(*item_index(ratings), U, float(reg), A, b)
-    return A, b
 
 # %% ../../nbs/03_hua_dpmf.ipynb #3895ad1a
 def solve_item_factors(A, b, eta) -> np.ndarray:
@@ -81,14 +36,6 @@ def solve_item_factors(A, b, eta) -> np.ndarray:
     try: return np.linalg.solve(A, (b - eta)[..., None])[..., 0]
     except np.linalg.LinAlgError:
         raise ValueError("some A_j is singular: with reg=0 every item needs >= d raters spanning R^d; use reg > 0") from None
-
-# %% ../../nbs/03_hua_dpmf.ipynb #a9d21373
-def clip_rows(U, max_norm: float = 1.0) -> np.ndarray:
-    "Rows of U scaled down to L2 norm <= max_norm (float64 copy)."
-    max_norm = check_positive("max_norm", max_norm)
-    U = np.array(U, dtype=np.float64)
-    norms = np.linalg.norm(U, axis=1)
-    return U / np.maximum(1.0, norms / max_norm)[:, None]
 
 # %% ../../nbs/03_hua_dpmf.ipynb #10dda143
 def rating_sensitivity(ratings: Ratings, neighbouring: str = "replace") -> float:

@@ -20,7 +20,8 @@ from ..model.mechanism import Factors
 from ..core.checks import Choice, Float, Int, Positive, check_int, check_positive
 from ..core.privacy import PureDpEvent, Release, Unit, gaussian_epsilon
 from .fixed_point import FixedPoint
-from .hua import clip_rows, gd_item_factors, gd_step_sizes, item_degrees, rating_sensitivity, share_scale
+from ..model.linalg import clip_rows
+from .hua import gd_item_factors, gd_step_sizes, item_degrees, rating_sensitivity, share_scale
 from ..model.cards import Card, Contender, grid_of
 
 # %% auto #0

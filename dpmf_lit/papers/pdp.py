@@ -17,8 +17,9 @@ from ..model.mechanism import Factors, Mechanism, PrivacyReport, register_mechan
 from ..core.checks import Choice, Float, Int, Positive, check_choice, check_float, check_int, check_positive, check_unit_interval, generator
 from ..core.privacy import PrivacyAccountant, PureDpEvent, Release, Unit
 from ..core.kernels import mf_gradient
-from .hua import (clip_rows, gd_item_factors, gd_step_sizes, item_normal_equations, objective_log_ratio, privacy_loss,
-                          sample_item_noise, solve_item_factors)
+from ..model.linalg import clip_rows, item_normal_equations
+from .hua import (gd_item_factors, gd_step_sizes, objective_log_ratio, privacy_loss, sample_item_noise,
+                                 solve_item_factors)
 from ..model.cards import Card, Contender, grid_of
 
 # %% auto #0

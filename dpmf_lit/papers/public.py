@@ -16,7 +16,7 @@ from ..core.kernels import als_sweep, to_csr
 from ..model.mechanism import Factors, Mechanism, register_mechanism
 from dp_accounting import GaussianDpEvent, SelfComposedDpEvent
 from ..core.privacy import NEIGHBOURING, PrivacyReport, Release, Unit, gaussian_epsilon, gaussian_release, gaussian_sigma_analytic
-from .hua import clip_rows
+from ..model.linalg import clip_rows
 from .baselines import DPBiases, bias_sensitivity, item_offsets, public_mean, release_item_totals
 from ..model.cards import Card, Contender, grid_of
 

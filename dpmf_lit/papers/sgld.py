@@ -25,9 +25,10 @@ from ..model.testing import M64, below_reference, mix64_reference
 from ..model.cards import Card, Contender, grid_of
 
 # %% auto #0
-__all__ = ['LOSSES', 'user_loglik_bound', 'clipped_loglik', 'ops_epsilon', 'ops_likelihood_scale', 'personalized_user_epsilon',
-           'trim_ratings', 'reweighting', 'gaussian_table', 'ou_coefficients', 'sgld_epoch_parallel', 'sgld_epoch',
-           'sgld_epoch_numpy', 'SGLD', 'local_user_fit', 'bench_epoch', 'speed_ratio']
+__all__ = ['LOSSES', 'OPS_FACTOR', 'user_loglik_bound', 'clipped_loglik', 'ops_epsilon', 'ops_likelihood_scale',
+           'personalized_user_epsilon', 'trim_ratings', 'reweighting', 'gaussian_table', 'ou_coefficients',
+           'sgld_epoch_parallel', 'sgld_epoch', 'sgld_epoch_numpy', 'SGLD', 'local_user_fit', 'bench_epoch',
+           'speed_ratio']
 
 # %% ../../nbs/07_sgld.ipynb #ae204fbe
 def user_loglik_bound(tau: int,        # ratings kept per user (trimming)
@@ -51,7 +52,7 @@ def clipped_loglik(r, pred,            # ratings and (unclipped) predictions, br
 
 # %% ../../nbs/07_sgld.ipynb #d0ba0e1e
 LOSSES = ("two_sided", "one_sided")
-_OPS_FACTOR = {("two_sided", "replace"): 4.0, ("two_sided", "add_remove"): 2.0,
+OPS_FACTOR = {("two_sided", "replace"): 4.0, ("two_sided", "add_remove"): 2.0,
                ("one_sided", "replace"): 2.0, ("one_sided", "add_remove"): 1.0}
 
 def ops_epsilon(B: float,                   # bound on one record's log-likelihood: |log p| <= B (two_sided) or log p in [-B, 0] (one_sided)
@@ -60,7 +61,7 @@ def ops_epsilon(B: float,                   # bound on one record's log-likeliho
                ) -> float:
     "epsilon of one exact posterior sample: 4B / 2B (two-sided, replace / add-remove) or 2B / B (one-sided)."
     key = (check_choice("loss", loss, LOSSES), check_choice("neighbouring", neighbouring, NEIGHBOURING))
-    return _OPS_FACTOR[key] * check_positive("B", B)
+    return OPS_FACTOR[key] * check_positive("B", B)
 
 def ops_likelihood_scale(epsilon: float,    # target epsilon of the released sample
                          B: float,          # bound on one record's log-likelihood (see `ops_epsilon`)

@@ -37,7 +37,7 @@ def read_sgld(params: dict | None = None, seeds=(0, 1)) -> Reading:
         user, lo, hi, lik, weight = calls[0][0], calls[0][9], calls[0][10], calls[0][12], calls[0][13]
         counts = np.bincount(user, minlength=len(weight))
         M = float(lik) * np.asarray(weight, np.float64) * counts * (float(hi) - float(lo)) ** 2 / 2   # each user's log-likelihood range
-        factor = S._OPS_FACTOR[("one_sided", mech.neighbouring)]
+        factor = S.OPS_FACTOR[("one_sided", mech.neighbouring)]
         eps = factor * M.max()
         claimed = float(model.privacy.epsilon)
         reading.claimed_mu = claimed; reading.releases = 1
@@ -174,7 +174,8 @@ def read_protocol(epsilon: float = 1.0, d: int = 2, seeds=(0, 1)) -> Reading:
     """The meter for Hua et al.'s Scenario 2 protocol (noise shares summed by masked aggregation): the total noise on each
     item, read from the simulator, must be per-coordinate Laplace with the scale b = Δ√d/ε that makes the perturbed
     gradient ε-DP for one rating's value (L1 loss ≤ √d Δ / b = ε); its sensitivity side is hua's (metered above)."""
-    from dpmf_lit.papers.hua import clip_rows, rating_sensitivity, share_scale
+    from dpmf_lit.model.linalg import clip_rows
+    from dpmf_lit.papers.hua import rating_sensitivity, share_scale
     from dpmf_lit.papers.hua_protocol import run_protocol
     from dpmf_lit.data.synthetic import synthetic
     reading = Reading("hua-protocol", dict(epsilon=epsilon, d=d, scenario=2), epsilon)
@@ -197,7 +198,7 @@ def read_dpals_worst(tau: int = 3, max_norm: float = 0.1, clip_rating: float = 1
     τ kept ratings move from residual +Γ_r with row u to −Γ_r with row u′ at 60° to it (replace: ‖Δw‖² = 4.5τ, the bound),
     or who is removed (add/remove: 2τ). The ratio to `dpals_sensitivity` must not exceed 1; it is 1 when the bound is attained."""
     from dpmf_lit.papers.dpals import dpals_sensitivity, item_statistics
-    from dpmf_lit.papers.hua import clip_rows
+    from dpmf_lit.model.linalg import clip_rows
     reading = Reading("dpals", dict(tau=tau), 1.0)
     ptr, users = np.arange(tau + 1), np.zeros(tau, np.int32)
     def w(angle, sign):

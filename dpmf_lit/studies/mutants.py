@@ -107,7 +107,7 @@ MUTANTS = (
     Mutant("sgld", "trimming to τ ratings a user ignored", "dpmf_lit.papers.sgld:trim_ratings", "keep_per_user(train.user, tau,", "keep_per_user(train.user, len(train),"),
     Mutant("sgld", "a user's log-likelihood range B halved", "dpmf_lit.papers.sgld:user_loglik_bound", "return tau * lam * span ** 2 / 2", "return tau * lam * span ** 2 / 4"),
     Mutant("sgld", "the likelihood's power γ doubled", "dpmf_lit.papers.sgld:SGLD.resolved_params", 'p["gamma"] = self.epsilon / p["K"]', 'p["gamma"] = 2 * self.epsilon / p["K"]'),
-    Mutant("sgld", "the OPS constant halved", "dpmf_lit.papers.sgld:ops_epsilon", 'return _OPS_FACTOR[key] * check_positive("B", B)', 'return _OPS_FACTOR[key] * check_positive("B", B) / 2'),
+    Mutant("sgld", "the OPS constant halved", "dpmf_lit.papers.sgld:ops_epsilon", 'return OPS_FACTOR[key] * check_positive("B", B)', 'return OPS_FACTOR[key] * check_positive("B", B) / 2'),
     Mutant("sgld", "the per-rating weights of reweighting ignored", "dpmf_lit.papers.sgld:SGLD._fit", "lik_w = w * reweighting(counts, self.max_ratings) if", "lik_w = w if"),
     Mutant("xin", "the Laplace response's noise halved", "dpmf_lit.papers.xin:laplace_response", "rng.laplace(0.0, (hi - lo) / eps, size=len(r))", "rng.laplace(0.0, (hi - lo) / eps / 2, size=len(r))"),
     Mutant("xin", "the Laplace response not clipped", "dpmf_lit.papers.xin:laplace_response", "np.clip(r, lo, hi) + rng.laplace", "r + rng.laplace"),
