@@ -346,8 +346,8 @@ def test_every_numba_kernel_is_cached_on_disk():
     from numba.core.caching import NullCache
     from numba.core.registry import CPUDispatcher
     seen = 0
-    for m in pkgutil.iter_modules(dpmf_lit.__path__):
-        mod = importlib.import_module(f"dpmf_lit.{m.name}")
+    for m in pkgutil.walk_packages(dpmf_lit.__path__, "dpmf_lit."):   # every layer folder
+        mod = importlib.import_module(m.name)
         for name, obj in vars(mod).items():
             if isinstance(obj, CPUDispatcher) and obj.__module__ == mod.__name__ and obj.targetoptions.get("inline", "never") != "always":
                 seen += 1

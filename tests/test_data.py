@@ -1,5 +1,6 @@
 """Tests of dpmf_lit.data: data model, loaders on fixture files in each published format, fetching,
 subsets, splits, the synthetic generator, and the error message of every bad input."""
+import importlib
 import hashlib
 import time
 import io
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from dpmf_lit.data import datasets as DS
-import dpmf_lit.data.synthetic as SY
+SY = importlib.import_module("dpmf_lit.data.synthetic")   # the module (the package's `synthetic` is the generator)
 from dpmf_lit.core.checks import UserError
 from dpmf_lit.data.ratings import sha256_arrays
 from dpmf_lit.data import (Ratings, fetch_dataset, filter_counts, holdout_per_user, kfold, list_datasets, load_anime,

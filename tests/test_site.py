@@ -186,7 +186,8 @@ def test_papers_table_says_what_reproduced_and_what_did_not():
 
 def test_every_module_and_notebook_is_listed():
     import dpmf_lit
-    modules = [m.name for m in pkgutil.iter_modules(dpmf_lit.__path__) if not m.name.startswith("_")]
+    modules = [m.name.removeprefix("dpmf_lit.") for m in pkgutil.walk_packages(dpmf_lit.__path__, "dpmf_lit.")
+               if not m.name.split(".")[-1].startswith("_") and not m.ispkg]   # the layer packages are folders
     llms = (ROOT / "nbs" / "llms.txt").read_text()
     init = (ROOT / "dpmf_lit" / "__init__.py").read_text()
     missing = [m for m in modules if f"`dpmf_lit.{m}`" not in init or f"[dpmf_lit.{m}]" not in llms]
