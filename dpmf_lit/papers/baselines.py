@@ -74,7 +74,8 @@ def _fit(self: GlobalMean, train: Ratings, progress: bool = False) -> Factors:
     return Factors(*no_factors(train), mean=mu, privacy=report)
 
 # %% ../../nbs/09_baselines.ipynb #58b0ac87
-GlobalMean.card = Card(notebook="09_baselines", role="baseline", at=12, rows=(Contender("global-mean", "global-mean", "none"),))
+GlobalMean.card = Card(notebook="09_baselines", role="baseline", at=12,
+                       rows=(Contender("global-mean", "global-mean", "none"),))
 
 # %% ../../nbs/09_baselines.ipynb #2a055533
 LOCAL_SCOPE = ("nothing leaves a user's device: b_u is computed there from the user's own ratings and public constants, "

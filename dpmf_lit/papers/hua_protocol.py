@@ -414,7 +414,8 @@ class HuaProtocol(Mechanism):
                              f"{self.modulus_bits}: {e}; lower encoding_bound or scale_bits, or raise modulus_bits") from None
 
 # %% ../../nbs/04_hua_protocol.ipynb #aefe962e
-HuaProtocol.card = Card(paper="hua", citation="Hua, Xia, Zhong. *Differentially Private Matrix Factorization*. IJCAI 2015",
+HuaProtocol.card = Card(paper="hua",
+            citation="Hua, Xia, Zhong. *Differentially Private Matrix Factorization*. IJCAI 2015",
             notebook="04_hua_protocol",
             role="contender", unit="rating", guaranteed={}, at=3.5, paper_at=1,
             not_compared="the paper's release without a trusted curator; the `hua` row stands for the paper's accuracy",

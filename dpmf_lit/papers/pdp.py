@@ -275,7 +275,9 @@ class DPPMF(_PMFObjective):
         self._resolve_solver()
 
 # %% ../../nbs/05_pdp_pmf.ipynb #b30cc5fd
-DPPMF.card = Card(paper="pdp", citation="Zhang, Liu, Chen, Zhong. *Probabilistic Matrix Factorization with Personalized Differential Privacy*",
+DPPMF.card = Card(paper="pdp",
+            citation="Zhang, Liu, Chen, Zhong. *Probabilistic Matrix Factorization with Personalized Differential "
+                     "Privacy*",
             notebook="05_pdp_pmf",
             role="contender", unit="rating", guaranteed={}, at=4, paper_at=2,
             rows=(Contender("dp-pmf (paper's λ_v)", "dp-pmf", "rating", {}),
@@ -361,7 +363,9 @@ class PDPPMF(_PMFObjective):
         return resolve_threshold(spec, self.threshold, expected_mean_epsilon(self.f_c, self.f_m, self.epsilon_c, self.epsilon_m, self.epsilon_l))
 
 # %% ../../nbs/05_pdp_pmf.ipynb #3337d241
-PDPPMF.card = Card(paper="pdp", citation="Zhang, Liu, Chen, Zhong. *Probabilistic Matrix Factorization with Personalized Differential Privacy*",
+PDPPMF.card = Card(paper="pdp",
+            citation="Zhang, Liu, Chen, Zhong. *Probabilistic Matrix Factorization with Personalized Differential "
+                     "Privacy*",
             notebook="05_pdp_pmf",
             role="no guarantee", unit="rating", guaranteed={"dropped": "zero"}, at=6, paper_at=2,
             rows=(Contender("pdp-pmf (removed)", "pdp-pmf", "none"),), paper_rows=(("pdp-pmf (removed)", None, None),),

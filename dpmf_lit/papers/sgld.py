@@ -276,7 +276,8 @@ class SGLD(Mechanism):
         if table_size is not None: self.table_size = check_int("table_size", table_size, 2 * (self.d + 1))
 
 # %% ../../nbs/07_sgld.ipynb #31aea128
-SGLD.card = Card(paper="sgld", citation="Liu, Wang, Smola. *Fast Differentially Private Matrix Factorization*. RecSys 2015",
+SGLD.card = Card(paper="sgld",
+            citation="Liu, Wang, Smola. *Fast Differentially Private Matrix Factorization*. RecSys 2015",
             notebook="07_sgld", role="contender", unit="user", guaranteed={}, at=2, paper_at=3,
             rows=(Contender("sgld", "sgld", "user", {}, grid_of(max_ratings=(50, 100))),),
             user_rows=(Contender("sgld", "sgld", "user", {}),), paper_rows=(("sgld", "user", 1.0),),

@@ -249,7 +249,8 @@ class XinPublicPrivate(Mechanism):
         "Nothing to add: the base class checks and stores each parameter."
 
 # %% ../../nbs/08_public_private.ipynb #2e4d3896
-XinPublicPrivate.card = Card(paper="xin", citation="Xin, Jaakkola. *Controlling privacy in recommender systems*. NIPS 2014",
+XinPublicPrivate.card = Card(paper="xin",
+            citation="Xin, Jaakkola. *Controlling privacy in recommender systems*. NIPS 2014",
             notebook="08_public_private", role="no guarantee", unit="user", guaranteed={"mode": "sslp"}, at=7,
             paper_at=5, rows=(Contender("xin (local)", "xin", "none"),), paper_rows=(("xin (local)", None, None),),
             audit=dict(params=dict(d=1, mode="sslp", epochs=5), control="epsilon", fixed=(0,), fixed_rows=(2, 3),
