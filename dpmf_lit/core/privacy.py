@@ -8,7 +8,7 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/privacy.html.md"""
 
 # %% ../../nbs/02_privacy.ipynb #375144cf
 from __future__ import annotations
-import math
+import math, numbers
 from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 import dp_accounting
@@ -363,10 +363,14 @@ class PureDpEvent(dp_accounting.DpEvent):
 _KIND = {dp_accounting.GaussianDpEvent: "gaussian", dp_accounting.LaplaceDpEvent: "laplace", PureDpEvent: "pure"}
 
 def _unfold(event, count: int = 1) -> list:
-    "[(basic event, count)] of `event`, its `SelfComposedDpEvent`s and `ComposedDpEvent`s unfolded."
-    if isinstance(event, dp_accounting.SelfComposedDpEvent): return _unfold(event.event, count * event.count)
+    "[(basic event, count)] of `event`, its `SelfComposedDpEvent`s and `ComposedDpEvent`s unfolded; each one checked."
+    if isinstance(event, dp_accounting.SelfComposedDpEvent):
+        return _unfold(event.event, count * check_int("count of a SelfComposedDpEvent", event.count, 0))
     if isinstance(event, dp_accounting.ComposedDpEvent): return [s for e in event.events for s in _unfold(e, count)]
     if type(event) not in _KIND: raise ValueError(f"event {event!r}: the accountant composes Gaussian, Laplace and pure events")
+    p = event.epsilon if isinstance(event, PureDpEvent) else event.noise_multiplier
+    if not (isinstance(p, numbers.Real) and math.isfinite(p) and p > 0):   # a declared event is an output's law: no free pass
+        raise ValueError(f"event {event!r}: its parameter must be a finite number > 0")
     return [(event, count)]
 
 def _param(event) -> float:
@@ -493,6 +497,7 @@ class Release:
     def report(self) -> PrivacyReport:
         "The `PrivacyReport`: one accountant composes the events (`Mechanism.fit` calls this)."
         kw = dict(self.fields)
+        if "epsilon" in kw: raise ValueError("a Release declares events; its epsilon is the accountant's, not a field")
         if not self.events: return PrivacyReport(**kw)
         acc = PrivacyAccountant(kw.pop("unit", "rating"), kw.pop("neighbouring", "add_remove"), tuple(kw.pop("released", ("U", "V"))))
         for label, event in self.events: acc.record(event, label)

@@ -256,7 +256,8 @@ def _direction(setting: AuditSetting, mech: Mechanism, D: Ratings, D2: Ratings, 
 
 def _exact(setting: AuditSetting, mech: Mechanism, D: Ratings, D2: Ratings, given: dict):
     "The exact log-ratio of the target item's released row, from the mechanism's own `log_ratio` where it knows its output density (else None)."
-    if setting.exact != "objective" or not hasattr(mech, "log_ratio"): return None
+    if setting.exact != "objective": return None
+    if not hasattr(mech, "log_ratio"): raise TypeError(f"{mech.name}'s audit setting asks for the exact objective, but it has no log_ratio")
     return mech.log_ratio(D, D2, given["U"], D.n_items - 1)
 
 # %% ../../nbs/12_audit.ipynb #9e481952
