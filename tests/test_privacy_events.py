@@ -11,13 +11,18 @@ from dpmf_lit.model.cards import audit_settings
 from dpmf_lit.model.mechanism import get_mechanism
 
 
-@pytest.mark.parametrize("event", [PureDpEvent(-1.0), PureDpEvent(0.0), PureDpEvent(float("nan")), PureDpEvent(math.inf),
+@pytest.mark.parametrize("event", [PureDpEvent(-1.0), PureDpEvent(float("nan")), PureDpEvent(math.inf),
                                    dpa.GaussianDpEvent(0.0), dpa.LaplaceDpEvent(-2.0),
                                    dpa.SelfComposedDpEvent(PureDpEvent(1.0), -3),
                                    dpa.ComposedDpEvent([PureDpEvent(1.0), PureDpEvent(-1.0)]), dpa.NonPrivateDpEvent()])
 def test_a_bad_event_is_refused_before_any_report(event):
     with pytest.raises(ValueError):
         PrivacyAccountant().record(event)
+
+
+def test_a_pure_step_of_zero_epsilon_costs_nothing():
+    "A step whose output does not depend on the data (e.g. every personalized weight 0) is 0-DP."
+    assert PrivacyAccountant().record(PureDpEvent(0.0)).epsilon(0.0, "pure")[0] == 0.0
 
 
 def test_a_release_cannot_set_its_own_epsilon():

@@ -368,9 +368,10 @@ def _unfold(event, count: int = 1) -> list:
         return _unfold(event.event, count * check_int("count of a SelfComposedDpEvent", event.count, 0))
     if isinstance(event, dp_accounting.ComposedDpEvent): return [s for e in event.events for s in _unfold(e, count)]
     if type(event) not in _KIND: raise ValueError(f"event {event!r}: the accountant composes Gaussian, Laplace and pure events")
-    p = event.epsilon if isinstance(event, PureDpEvent) else event.noise_multiplier
-    if not (isinstance(p, numbers.Real) and math.isfinite(p) and p > 0):   # a declared event is an output's law: no free pass
-        raise ValueError(f"event {event!r}: its parameter must be a finite number > 0")
+    pure = isinstance(event, PureDpEvent)   # ε = 0: the output does not depend on the data (a weight of 0); noise > 0
+    p = event.epsilon if pure else event.noise_multiplier
+    if not (isinstance(p, numbers.Real) and math.isfinite(p) and (p >= 0 if pure else p > 0)):   # a declaration is checked
+        raise ValueError(f"event {event!r}: its parameter must be a finite number " + (">= 0" if pure else "> 0"))
     return [(event, count)]
 
 def _param(event) -> float:
