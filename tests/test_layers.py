@@ -131,3 +131,16 @@ def test_one_meaning_per_public_name():
                 if not n.startswith("_") and n != "main": owners.setdefault(n, set()).add(m)
     twice = {n: sorted(ms) for n, ms in owners.items() if len(ms) > 1}
     assert not twice, f"public names defined in more than one module: {twice}"
+
+
+def test_the_top_level_names_resolve_to_their_layer_modules():
+    "`from dpmf_lit import …` gives each name of the top-level API from its layer module; any other name is refused."
+    import importlib
+    import dpmf_lit
+    for name, module in dpmf_lit._API.items():
+        assert getattr(dpmf_lit, name) is getattr(importlib.import_module(f"dpmf_lit.{module}"), name), name
+        assert name in dir(dpmf_lit)
+    from dpmf_lit import get_mechanism, load_dataset, random_split   # the README's example
+    assert callable(get_mechanism) and callable(load_dataset) and callable(random_split)
+    with pytest.raises(AttributeError, match="no attribute 'hua'"):
+        dpmf_lit.hua   # the flat modules are gone: a paper lives in dpmf_lit.papers
