@@ -399,3 +399,34 @@ def test_a_folder_where_a_data_file_belongs(tmp_path):
 def test_python_m_runs_the_command():
     p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main", "fit", "pmf", "--help"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and p.stdout.startswith("usage: dpmf fit pmf"), p.stderr
+
+
+def _subcommand_helps():
+    "Every parser of `dpmf` (the top one and each subcommand's, nested ones too) with its help text."
+    import argparse
+    from dpmf_lit.cli.main import build_parser
+    todo, out = [("dpmf", build_parser())], []
+    while todo:
+        name, p = todo.pop()
+        out.append((name, p.format_help()))
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction): todo += [(f"{name} {k}", sub) for k, sub in a.choices.items()]
+    return out
+
+
+def test_help_texts_print_percent_signs_once():
+    "argparse formats `%` in an option's help but not in a description: '95%%' there is printed as written."
+    helps = _subcommand_helps()
+    assert {"dpmf audit", "dpmf compare", "dpmf fit"} <= {n for n, _ in helps}
+    doubled = [n for n, text in helps if "%%" in text]
+    assert not doubled, f"'%%' printed in the help of {doubled}"
+    assert "30% of the runs" in dict(helps)["dpmf audit"]
+
+
+def test_a_closed_pipe_ends_quietly():
+    "`dpmf ... | head`: the reader goes away before dpmf writes; no error line, no traceback, the shell's status for SIGPIPE."
+    cmd = [str(BIN)] if BIN.exists() else [sys.executable, "-m", "dpmf_lit.cli.main"]
+    p = subprocess.Popen(cmd + ["fit", "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()                       # the reader is gone before the interpreter has even started
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141 and err == "", err

@@ -283,4 +283,53 @@ def test_validation_data_under_one_keyword_and_predict_by_ids(name, split):
     fit = build(name).fit(named)
     u, i = test.user[:50], test.item[:50]
     np.testing.assert_array_equal(fit.predict(u + 1, 10 * (i + 1)), fit.predict_codes(u, i))
-    with pytest.raises(ValueError, match="user id"): fit.predict(0, 10)
+    with pytest.raises(ValueError, match="user id"): fit.predict(0, 10, unknown="error")
+    # an id the training data never saw: a default prediction from the released model, flagged (as Surprise's was_impossible)
+    with pytest.warns(UserWarning, match="not in the training data"):
+        pred, known = fit.predict([0, 1, 1], [10, 5, 10], return_known=True)   # user 0 and item 5 are unknown
+    assert known.tolist() == [False, False, True] and np.isfinite(pred).all()
+    assert (pred >= train.rating_min).all() and (pred <= train.rating_max).all()
+    # the unknown side replaced by the mean of its released rows and biases (zero when not released)
+    r, shown = fit.privacy, lambda part: not fit.privacy.private or part in fit.privacy.released
+    mu = fit.mean if train.rating_min <= fit.mean <= train.rating_max else (train.rating_min + train.rating_max) / 2
+    ubar = fit.U.mean(0) if shown("U") else 0 * fit.U[0]
+    want = mu + float(ubar @ fit.V[0]) + (0.0 if fit.user_bias is None else
+                                          (fit.user_bias.mean() if shown("user_bias") else 0.0) + fit.item_bias[0])
+    assert pred[0] == pytest.approx(np.clip(want, train.rating_min, train.rating_max), abs=1e-4)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_fitted_model_scores_itself(name, split):
+    train, test = split
+    fit = build(name).fit(train, valid=test)
+    assert fit.rmse(test) == fit.valid_rmse and fit.score(test) == -fit.valid_rmse
+    with pytest.raises(ValueError, match="data must be a Ratings object"): fit.rmse(test.rating)
+
+
+def test_every_fit_shows_a_heartbeat_on_a_terminal(split, monkeypatch):
+    "`progress=True` (dpmf fit on a terminal): every mechanism's fit runs inside the heartbeat, not only those with a bar of their own."
+    from dpmf_lit.model import mechanism
+    import contextlib
+    seen = []
+    @contextlib.contextmanager
+    def recording(desc, enabled=True, **kw):
+        seen.append((desc, enabled)); yield
+    monkeypatch.setattr(mechanism, "heartbeat", recording)
+    train, _ = split
+    for name in NAMES:
+        seen.clear()
+        build(name).fit(train, progress=True)
+        assert seen[:1] == [(f"{name}: fitting", True)], name    # the outer fit's (a fit inside it shows none: see below)
+
+
+def test_the_heartbeat_counts_seconds_after_its_delay(capsys):
+    import time
+    from dpmf_lit.model.mechanism import heartbeat
+    with heartbeat("slow: fitting", delay=0.05, every=0.05): time.sleep(0.4)
+    assert "slow: fitting: 00:00 elapsed" in capsys.readouterr().err
+    with heartbeat("quick: fitting", delay=5): pass      # a step that ends before the delay prints nothing
+    assert capsys.readouterr().err == ""
+    with heartbeat("outer", delay=0.05, every=0.05):
+        with heartbeat("inner", delay=0.0, every=0.05): time.sleep(0.3)   # a fit inside a fit: one line, the outer one
+    err = capsys.readouterr().err
+    assert "outer: 00:00 elapsed" in err and "inner" not in err

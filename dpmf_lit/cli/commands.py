@@ -152,7 +152,7 @@ def compare_parser(sub, common, fmt):
     c = sub.add_parser("compare", parents=[common], formatter_class=fmt, help="every mechanism at equal privacy, beside the baselines",
                        description="The comparison of nbs/11_compare.ipynb: every mechanism at equal privacy per unit, tuned on "
                                    "validation (marked †) and on a public stand-in, over several random splits, with paired "
-                                   "95%% intervals against releasing nothing, beside the baselines. Without options it shows the "
+                                   "95% intervals against releasing nothing, beside the baselines. Without options it shows the "
                                    "committed record (quick profile, MovieLens 100K), rerunning its batch entry only when that "
                                    "record is not current. Any other run (--dataset, --profile smoke|paper, --epsilons, --seeds, "
                                    "--splits, --allow-dirty) runs here and writes its record and figures under "
@@ -200,7 +200,7 @@ def audit_parser(sub, common, fmt):
     from dpmf_lit.studies.audit import PAIRS
     a = sub.add_parser("audit", parents=[common], formatter_class=fmt, help="empirical privacy audit of a mechanism, with its broken control",
                        description="Fit the mechanism many times on two neighbouring data sets built from its declared unit, "
-                                   "choose a test on 30%% of the runs, bound epsilon from the rest (Clopper-Pearson, 95%%), and "
+                                   "choose a test on 30% of the runs, bound epsilon from the rest (Clopper-Pearson, 95%), and "
                                    "do the same with its noise scaled down by 2 (and 4): the verdict is 'consistent' only when a "
                                    "control is caught (nbs/12_audit.ipynb).",
                        epilog="examples:\n  dpmf audit hua\n  dpmf audit gauss --set variant=both --set step_epsilon=0.9 --set epochs=1\n"

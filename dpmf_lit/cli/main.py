@@ -6,7 +6,7 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/cli.html.md"""
 
 # %% ../../nbs/93_cli.ipynb #5ce085c8
 from __future__ import annotations
-import argparse, contextlib, inspect, json, shutil, sys, textwrap, traceback
+import argparse, contextlib, inspect, json, os, shutil, sys, textwrap, traceback
 from pathlib import Path
 from ..core.checks import UserError, check_fraction
 from ..data.formats import FORMATS
@@ -21,7 +21,7 @@ from ..batch.reproduce import reproduce
 from .commands import settings_from_args
 
 # %% auto #0
-__all__ = ['CLI_PATHS_HELP', 'NOT_COVERED', 'USER_ERRORS', 'cmd_data_list', 'cmd_data_fetch', 'mechanism_help',
+__all__ = ['CLI_PATHS_HELP', 'NOT_COVERED', 'USER_ERRORS', 'EXIT_PIPE', 'cmd_data_list', 'cmd_data_fetch', 'mechanism_help',
            'mechanism_parameters_help', 'numba_compile_seconds', 'fit_report', 'fit_summary', 'cmd_fit', 'cmd_bench',
            'cmd_reproduce', 'build_parser', 'main']
 
@@ -441,12 +441,23 @@ def _user_message(e: BaseException) -> str:
     if isinstance(e, MemoryError): return f"out of memory{': ' + str(e) if str(e) else ''}; use a smaller data set or rank"
     return str(e) or type(e).__name__
 
+EXIT_PIPE = 141   # 128 + SIGPIPE: what a shell reports for a program whose reader went away (`dpmf ... | head`)
+
+def _pipe_closed() -> int:
+    "The reader of stdout went away: nothing more to say, and nothing left for Python to flush at exit."
+    try: os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError): pass   # stdout without a file descriptor (a test's capture)
+    return EXIT_PIPE
+
 def main(argv=None) -> int:
     "Entry point of the `dpmf` console script; returns the exit status."
     debug = "--debug" in (sys.argv[1:] if argv is None else [str(a) for a in argv])
     try:
         args = build_parser().parse_args(argv)
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()   # a closed pipe is met here, not in Python's flush at exit
+        return code
+    except BrokenPipeError: return _pipe_closed()
     except KeyboardInterrupt:
         print("dpmf: interrupted", file=sys.stderr)
         return 130

@@ -6,22 +6,22 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/mechanism.html.md"""
 
 # %% ../../nbs/01b_mechanism.ipynb #06da72be
 from __future__ import annotations
-import difflib, functools, importlib, importlib.util, inspect, math, os, pkgutil, re, sys, time, warnings
+import contextlib, difflib, functools, importlib, importlib.util, inspect, math, os, pkgutil, re, sys, threading, time, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
 from ..core.metrics import rms
 from fastcore.basics import patch
 from fastcore.docments import docments
-from ..core.checks import Check, check_bool, show
+from ..core.checks import Check, check_bool, check_choice, show
 from ..data import Ratings
 from ..data.synthetic import available_memory   # one reading of free memory, shared with the generator
 from ..core.kernels import predict_kernel
 from ..core.privacy import PrivacyReport, Release, fit_randomness
 
 # %% auto #0
-__all__ = ['ITERATIONS', 'MAX_WORK', 'MECHANISMS', 'ENTRY_POINT_GROUP', 'FittedModel', 'Factors', 'Mechanism',
-           'register_mechanism', 'mechanism_modules', 'mechanisms', 'get_mechanism']
+__all__ = ['UNKNOWN', 'ITERATIONS', 'MAX_WORK', 'HEARTBEAT_DELAY', 'MECHANISMS', 'ENTRY_POINT_GROUP', 'FittedModel', 'Factors',
+           'Mechanism', 'heartbeat', 'register_mechanism', 'mechanism_modules', 'mechanisms', 'get_mechanism']
 
 # %% ../../nbs/01b_mechanism.ipynb #0d8b6aa4
 @dataclass(repr=False)
@@ -56,27 +56,70 @@ def _short(p: PrivacyReport) -> str:
     return f"conditional ({p.epsilon:g}, {p.delta or 0:g})-DP per {p.unit}" if p.coverage == "conditional" else p.guarantee()
 
 # %% ../../nbs/01b_mechanism.ipynb #e9d8928e
-def _codes(ids, table, what: str) -> np.ndarray:
-    "int32 codes of the original `ids` in the sorted id `table` (None: the ids are the codes); unknown ids are refused by value."
+def _lookup(ids, table, n: int, what: str) -> tuple[np.ndarray, np.ndarray]:
+    "int32 codes of the original `ids` in the sorted id `table` (None: the ids are the codes, `n` of them), 0 where unknown, and the mask of the known ones."
     ids = np.asarray(ids)
-    if table is None: return np.ascontiguousarray(ids, np.int32) if ids.dtype.kind in "iu" else _bad_ids(ids, what, None)
+    if table is None:
+        if ids.dtype.kind not in "iu": _bad_ids(ids, what, None)
+        known = (ids >= 0) & (ids < n)
+        return np.where(known, ids, 0).astype(np.int32), known
+    if (table.dtype.kind in "iuf") != (ids.dtype.kind in "iuf"): _bad_ids(ids, what, table)   # a string for a number, or the reverse
     try: pos = np.searchsorted(table, ids)
-    except TypeError: return _bad_ids(ids, what, table)
+    except TypeError: _bad_ids(ids, what, table)
     pos = np.minimum(pos, len(table) - 1)
-    miss = table[pos] != ids
-    if np.any(miss): _bad_ids(ids[miss], what, table)
-    return pos.astype(np.int32)
+    known = table[pos] == ids
+    return np.where(known, pos, 0).astype(np.int32), known
 
 def _bad_ids(ids, what, table):
     shown = ", ".join(map(show, np.ravel(ids)[:3].tolist()))
     raise ValueError(f"{what} id(s) {shown} not in the training data's {what}s" +
                      ("" if table is None else f" (ids like {show(table[0].item())}); pass codes to predict_codes"))
 
-@patch
-def predict(self: FittedModel, user, item) -> np.ndarray:
-    "Predicted ratings (float32) for aligned arrays (or scalars) of the data set's own user and item ids."
-    return self.predict_codes(_codes(np.atleast_1d(user), self.user_ids, "user"), _codes(np.atleast_1d(item), self.item_ids, "item"))
 
+# %% ../../nbs/01b_mechanism.ipynb #2b892fb8
+UNKNOWN = ("default", "error")   # what `predict` does with an id the training data never saw
+
+@patch
+def predict(self: FittedModel, user, item,
+            unknown: str = "default",     # an id not in the training data: 'default' (a cold-start prediction, with a warning) or 'error'
+            return_known: bool = False,   # also return the flag: True where both ids were in the training data
+            ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    "Predicted ratings (float32) for aligned arrays (or scalars) of the data set's own user and item ids."
+    check_choice("unknown", unknown, UNKNOWN); check_bool("return_known", return_known)
+    user, item = np.atleast_1d(user), np.atleast_1d(item)
+    if user.shape != item.shape or user.ndim != 1:
+        raise ValueError(f"user and item must be 1-d arrays of equal length; got shapes {user.shape} and {item.shape}")
+    u, ku = _lookup(user, self.user_ids, len(self.U), "user")
+    i, ki = _lookup(item, self.item_ids, len(self.V), "item")
+    if unknown == "error":
+        for ids, k, table, what in ((user, ku, self.user_ids, "user"), (item, ki, self.item_ids, "item")):
+            if not k.all(): _bad_ids(ids[~k], what, table)
+    pred, known = self.predict_codes(u, i), ku & ki
+    if not known.all():
+        pred[~known] = self._cold_start(u, i, ku, ki)[~known]
+        warnings.warn(f"{int((~known).sum()):,} of {len(known):,} (user, item) pairs have a user or item not in the training data: "
+                      "predicted from the model alone (μ and the known bias); return_known=True flags them, unknown='error' refuses them",
+                      stacklevel=2)
+    return (pred, known) if return_known else pred
+
+@patch
+def _cold_start(self: FittedModel, u, i, ku, ki) -> np.ndarray:
+    """The prediction without the unknown side's own row: in its place the mean of the released rows (zero where that side is
+    not released, e.g. U kept on the devices), so only the released model is used; clipped to the scale."""
+    shown = lambda part: not self.privacy.private or part in self.privacy.released
+    lo, hi, mu = self.rating_min, self.rating_max, float(self.mean)
+    if np.isfinite(lo) and np.isfinite(hi) and not lo <= mu <= hi: mu = (lo + hi) / 2   # no offset inside the public scale
+    mean_row = lambda A, part: A.mean(0) if shown(part) and len(A) else np.zeros(A.shape[1], A.dtype)
+    Uq = np.where(ku[:, None], self.U[u], mean_row(self.U, "U"))
+    Vq = np.where(ki[:, None], self.V[i], mean_row(self.V, "V"))
+    out = mu + np.einsum("nd,nd->n", Uq.astype(np.float64), Vq.astype(np.float64))
+    if self.user_bias is not None:
+        bias = lambda a, part, k, codes: np.where(k, a[codes], a.mean() if shown(part) and len(a) else 0.0)
+        out += bias(self.user_bias, "user_bias", ku, u) + bias(self.item_bias, "item_bias", ki, i)
+    return np.clip(out, lo, hi).astype(np.float32)
+
+
+# %% ../../nbs/01b_mechanism.ipynb #345617b2
 @patch
 def predict_codes(self: FittedModel, user, item) -> np.ndarray:
     "Predicted ratings (float32) for aligned arrays of internal 0-based codes (`Ratings.user`, `Ratings.item`), clipped to the rating range."
@@ -92,6 +135,27 @@ def predict_codes(self: FittedModel, user, item) -> np.ndarray:
     c = self.item_bias if use_bias else np.zeros(1, np.float32)
     return predict_kernel(user, item, self.U, self.V, b, c, float(self.mean), use_bias,
                           float(self.rating_min), float(self.rating_max))
+
+
+# %% ../../nbs/01b_mechanism.ipynb #7cc46277
+@patch
+def rmse(self: FittedModel,
+         data: Ratings,   # held-out ratings on the training matrix (codes), e.g. the test part of a split
+         ) -> float:
+    "Root mean squared error of the predictions on `data`."
+    if not isinstance(data, Ratings): raise ValueError(f"data must be a Ratings object, got {type(data).__name__}")
+    if (data.n_users, data.n_items) != (len(self.U), len(self.V)):
+        raise ValueError(f"data={data.name!r} is a {data.n_users:,} x {data.n_items:,} matrix; the model's is {len(self.U):,} x "
+                         f"{len(self.V):,}: score the other part of the split it was fitted on")
+    if len(data) == 0: raise ValueError(f"data={data.name!r} is empty: no error to measure")
+    err = self.predict_codes(data.user, data.item).astype(np.float64) - data.rating
+    return rms(err)
+
+@patch
+def score(self: FittedModel, data: Ratings) -> float:
+    "−RMSE on `data`: greater is better, scikit-learn's convention for a score."
+    return -self.rmse(data)
+
 
 # %% ../../nbs/01b_mechanism.ipynb #87948db3
 @dataclass
@@ -390,6 +454,34 @@ def _run(mech: Mechanism, train: Ratings, progress: bool, extra: dict) -> Factor
     except MemoryError as e:   # an array the estimate did not foresee (a count that sizes an array)
         raise ValueError(f"{mech.name}: out of memory ({e}); {_extreme(mech) or 'lower d or an iteration count'}") from None
 
+# %% ../../nbs/01b_mechanism.ipynb #a564092b
+HEARTBEAT_DELAY = 3.0   # seconds a step runs before its line appears
+_BEATING = threading.local()   # a step inside a step with a heartbeat (a fit inside a fit) shows none of its own
+
+@contextlib.contextmanager
+def heartbeat(desc: str,                  # what runs, e.g. 'dpals: fitting'
+              enabled: bool = True,       # False: nothing at all
+              delay: float | None = None, # seconds before the line appears (None: HEARTBEAT_DELAY)
+              every: float = 1.0):        # seconds between refreshes
+    "A line on stderr that counts the seconds of a long step, refreshed from a thread while the step runs."
+    if not enabled or getattr(_BEATING, "on", False): yield; return
+    from tqdm.auto import tqdm
+    stop, bars, t0 = threading.Event(), [], time.time()
+    def beat():
+        if stop.wait(HEARTBEAT_DELAY if delay is None else delay): return
+        bars.append(tqdm(desc=desc, bar_format="{desc}: {elapsed} elapsed", leave=False))
+        bars[0].start_t = t0
+        while not stop.wait(every): bars[0].refresh()
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    _BEATING.on = True
+    try: yield
+    finally:
+        _BEATING.on = False
+        stop.set(); thread.join()
+        for b in bars: b.close()
+
+
 # %% ../../nbs/01b_mechanism.ipynb #70b6701b
 @patch
 def fit(self: Mechanism, train: Ratings, valid: Ratings | None = None, *, progress: bool = False, **extra) -> FittedModel:
@@ -407,7 +499,8 @@ def _fit_model(self: Mechanism, train: Ratings, valid, progress: bool, extra: di
     secret = "seed" in self.parameter_names() and self.seed is None
     if secret: self.seed = int(np.random.SeedSequence().generate_state(1, np.uint64)[0] >> 1)   # from the OS, for this fit only
     t0 = time.perf_counter()
-    try: out = _run(self, train, progress, extra)
+    try:
+        with heartbeat(f"{self.name}: fitting", progress): out = _run(self, train, progress, extra)
     finally:
         if secret: self.seed = None   # never stored: the model's params and report say seed None, randomness secret
     seconds = time.perf_counter() - t0
