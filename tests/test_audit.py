@@ -126,3 +126,19 @@ def test_cli_audit(tmp_path):
     assert bad.returncode == 2
     bad = run("hua", "--set", "d=0")
     assert bad.returncode == 2 and "dpmf: error: d=0" in bad.stderr
+
+
+@pytest.mark.parametrize("name", ["hua", "dp-bias", "dp-pmf", "dpals", "xin"])
+def test_a_claim_no_audit_can_test_is_refused_by_name_without_warnings(name):
+    "epsilon=1e300: e^ε leaves floating point; refused after the probe, naming epsilon, with no RuntimeWarning on the way."
+    import warnings
+    from dpmf_lit.studies.audit import audit
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"^epsilon=1e\+300: .* no audit can test a claim above ε = 100"):
+            audit(name, runs=20, params={"epsilon": 1e300})
+
+
+def test_the_epsilon_of_a_negligible_noise_is_refused_by_name():
+    from dpmf_lit.core.privacy import gaussian_epsilon
+    with pytest.raises(ValueError, match="noise_multiplier=3e-151: .* exceeds 1e300"): gaussian_epsilon(3e-151, 1e-5)

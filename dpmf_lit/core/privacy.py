@@ -75,7 +75,9 @@ def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
     z, d = check_positive("noise_multiplier", noise_multiplier), check_fraction("delta", delta)
     if _log_gaussian_delta(z, 0.0) <= math.log(d): return 0.0
     hi = 1.0
-    while _log_gaussian_delta(z, hi) > math.log(d): hi *= 2
+    while _log_gaussian_delta(z, hi) > math.log(d):
+        if hi > 1e300: raise ValueError(f"noise_multiplier={z:g}: its epsilon at delta={d:g} exceeds 1e300 (the noise is negligible)")
+        hi *= 2
     return optimize.brentq(lambda e: _log_gaussian_delta(z, e) - math.log(d), 0.0, hi, xtol=1e-14, rtol=1e-13) * (1 + 1e-12)
 
 def gaussian_sigma_analytic(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:

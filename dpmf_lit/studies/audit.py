@@ -20,10 +20,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 # %% auto #0
-__all__ = ['PAIRS', 'RELEASES', 'CONTROLS', 'AUDITS', 'COVERS', 'BATCH', 'PAPER_AUDITS', 'declared_pair', 'neighbouring_pair',
-           'release_vector', 'control', 'run_releases', 'canary_data', 'item_rows', 'canary_audit', 'AuditSetting',
-           'AuditResult', 'audit', 'audit_all', 'audit_table', 'figure_audit', 'audited_clause', 'sync_papers_table',
-           'audit_status']
+__all__ = ['PAIRS', 'RELEASES', 'CONTROLS', 'AUDITS', 'COVERS', 'MAX_AUDITED_EPSILON', 'BATCH', 'PAPER_AUDITS', 'declared_pair',
+           'neighbouring_pair', 'release_vector', 'control', 'run_releases', 'canary_data', 'item_rows', 'canary_audit',
+           'AuditSetting', 'AuditResult', 'audit', 'audit_all', 'audit_table', 'figure_audit', 'audited_clause',
+           'sync_papers_table', 'audit_status']
 
 # %% ../../nbs/12_audit.ipynb #11142be3
 PAIRS = {("rating", "replace"): "value", ("rating", "add_remove"): "absent", ("user", "replace"): "user",
@@ -280,6 +280,8 @@ def _pool(jobs: int):
 
 COVERS = {"value": ("value",), "absent": ("absent",), "user": ("user", "value", "absent"), "user-absent": ("user-absent",)}
 
+MAX_AUDITED_EPSILON = 100.0   # above it no run count could catch a violation, and e^ε leaves floating point
+
 def _probe(name, setting, mech, given, pair):
     "(report, claimed ε, claim, pair): the report of seeded probe fits on both data sets (the larger claim), the pair checked."
     out = []
@@ -292,6 +294,11 @@ def _probe(name, setting, mech, given, pair):
         else: raise ValueError(f"{name}: 20 probe fits on {D.name} raised ({err}); there is no report to audit")
         out.append((*_claim(name, report), report))
     claimed, claim, report = max(out, key=lambda x: x[0])
+    if claimed > MAX_AUDITED_EPSILON:
+        typed = f"epsilon={show(mech.epsilon)}: " if "epsilon" in mech.parameter_names() else ""
+        raise ValueError(f"{typed}{name} claims ε = {claimed:.3g}; no audit can test a claim above ε = {MAX_AUDITED_EPSILON:g} "
+                         f"(catching a violation of ε takes about e^ε runs a side: e^{MAX_AUDITED_EPSILON:g} ≈ "
+                         f"{math.exp(MAX_AUDITED_EPSILON):.0e}); lower it")
     declared = declared_pair(report)
     if pair is not None and pair not in COVERS[declared]:
         raise ValueError(f"pair={show(pair)} is not covered by {name}'s guarantee, whose neighbours are {declared!r} "
