@@ -430,3 +430,13 @@ def test_a_closed_pipe_ends_quietly():
     p.stdout.close()                       # the reader is gone before the interpreter has even started
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 141 and err == "", err
+
+
+@pytest.mark.parametrize("args", [("compare",), ("reproduce", "--only", "compare", "--force")])
+def test_an_output_folder_that_cannot_be_written_is_refused_before_any_work(args, tmp_path):
+    "`--figures-dir /proc/x`: refused in seconds, before the batch runs its entries (it used to run the comparison first)."
+    cmd = [str(BIN)] if BIN.exists() else [sys.executable, "-m", "dpmf_lit.cli.main"]
+    p = subprocess.run(cmd + [*args, "--figures-dir", "/proc/x", "--build-dir", str(tmp_path), "--no-progress"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stdout == "", p.stderr
+    assert p.stderr.strip() == "dpmf: error: the figures folder (figures_dir, --figures-dir) '/proc/x' cannot be written: No such file or directory"
