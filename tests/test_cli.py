@@ -440,3 +440,75 @@ def test_an_output_folder_that_cannot_be_written_is_refused_before_any_work(args
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stdout == "", p.stderr
     assert p.stderr.strip() == "dpmf: error: the figures folder (figures_dir, --figures-dir) '/proc/x' cannot be written: No such file or directory"
+
+# ---------------------------------------------------------------- a plain user,item,rating[,timestamp] file of one's own
+
+def _plain_csv(path, header="user,item,rating,timestamp", n_users=30, n_items=20):
+    "30 users x 20 items with string user ids and half-star ratings 1..5, in the plainest CSV there is."
+    rows = "".join(f"u{u},{i},{((u * i) % 9) / 2 + 1:g},97800{u}\n" for u in range(n_users) for i in range(n_items))
+    path.write_text(("" if header is None else header + "\n") + rows)
+    return path
+
+
+def test_fit_on_a_plain_csv_end_to_end(tmp_path):
+    mine = _plain_csv(tmp_path / "my_ratings.csv")
+    p = dpmf("fit", "pmf", "--dataset", mine, "--set", "epochs=1", "--json")
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    assert rep["n_train"] + rep["n_test"] == 600 and rep["dataset"] == str(mine)
+    assert f"{mine}: rating scale [1, 5] read from the data" in p.stderr and "--scale LO,HI" in p.stderr, p.stderr
+    p = dpmf("fit", "dp-bias", "--dataset", mine, "--scale", "1,5", "--set", "epsilon=1", "--json")
+    assert p.returncode == 0 and "read from the data" not in p.stderr, p.stderr
+    assert "rating scale" not in json.loads(p.stdout)["privacy"]["scope"]
+    p = dpmf("fit", "dp-bias", "--dataset", mine, "--set", "epsilon=1", "--json")
+    assert p.returncode == 0 and "the rating scale [1, 5] was read from the data" in json.loads(p.stdout)["privacy"]["scope"]
+    other = tmp_path / "other.tsv"
+    other.write_text("movie\tstars\tperson\n" + "".join(f"{i}\t{(u + i) % 5 + 1}\tp{u}\n" for u in range(20) for i in range(10)))
+    for cols in ("person,movie,stars", "2,0,1"):
+        p = dpmf("fit", "pmf", "--dataset", other, "--columns", cols, "--scale", "1,5", "--set", "epochs=1", "--json")
+        assert p.returncode == 0 and json.loads(p.stdout)["n_test"] == 40, p.stderr
+
+
+def test_what_the_cli_loads_is_load_dataset(tmp_path, monkeypatch, capsys):
+    "`dpmf fit` reads a file through `load_dataset`: the ratings it splits are the ones `load_dataset` returns for the same options."
+    from dpmf_lit import data
+    from dpmf_lit.cli.main import main
+    mine = tmp_path / "mine.txt"
+    mine.write_text("rating,who,what,when\n" + "".join(f"{(u * i) % 5 + 1},u{u},{i},0\n" for u in range(30) for i in range(20)))
+    seen, split = [], data.random_split
+    monkeypatch.setattr(data, "random_split", lambda r, *a, **k: seen.append(r) or split(r, *a, **k))
+    argv = ["fit", "pmf", "--dataset", str(mine), "--columns", "who,what,rating", "--scale", "0.5,5", "--set", "epochs=1"]
+    assert main(argv) == 0 and "test RMSE" in capsys.readouterr().out
+    want = data.load_dataset(str(mine), columns="who,what,rating", scale=(0.5, 5))
+    (got,) = seen
+    assert got.name == want.name and got.scale_source == want.scale_source == "declared"
+    for a in ("user", "item", "rating", "user_ids", "item_ids"):
+        assert (getattr(got, a) == getattr(want, a)).all(), a
+    assert (got.n_users, got.n_items, got.rating_min, got.rating_max) == (want.n_users, want.n_items, 0.5, 5)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("--columns", "uid,iid,r"), "columns='uid,iid,r': no column 'uid' in the header of {f} (its columns: user, item, rating, timestamp)"),
+    (("--columns", "0,1"), "columns='0,1': name 3 or 4 columns"),
+    (("--columns", "0,1,9"), "columns='0,1,9': {f} has 4 fields per line"),
+    (("--scale", "5,1"), "scale='5,1': LO must be below HI"),
+    (("--scale", "one,five"), "scale='one,five': two numbers LO,HI"),
+    (("--scale", "1,4"), "{f}: line 29: rating=4.5 is outside the scale [1, 4]"),
+    (("--delimiter", "|"), "delimiter='|' must be one of"),
+])
+def test_bad_columns_and_scale_are_usage_errors(tmp_path, extra, message):
+    mine = _plain_csv(tmp_path / "mine.csv")
+    p = dpmf("fit", "pmf", "--dataset", mine, *extra, "--figures-dir", tmp_path / "f", "--build-dir", tmp_path / "b")
+    assert p.returncode == 2 and p.stdout == "", (p.returncode, p.stdout, p.stderr)
+    assert p.stderr.strip().splitlines()[-1].startswith("dpmf: error:") and "Traceback" not in p.stderr, p.stderr
+    assert message.format(f=mine) in p.stderr, p.stderr
+    assert not (tmp_path / "f").exists() and not (tmp_path / "b").exists()
+
+
+def test_scale_and_columns_are_for_a_file(tmp_path):
+    for args, message in [(("--dataset", SMALL, "--scale", "1,5"), "not for the generated dataset"),
+                          (("--dataset", "ml-100k", "--columns", "0,1,2"), "dataset 'ml-100k' takes options"),
+                          (("--dataset", _plain_csv(tmp_path / "a.csv"), "--format", "movielens-csv", "--scale", "1,5"),
+                           "format 'movielens-csv' takes options")]:
+        p = dpmf("fit", "pmf", *args)
+        assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)

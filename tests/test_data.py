@@ -812,3 +812,202 @@ def test_a_file_of_ones_own_is_read_by_its_extension(tmp_path):
     with pytest.raises(ValueError, match="takes options"): check_file(tmp_path / "u.data", keep_unrated=True)
     with pytest.raises(IsADirectoryError, match="is a folder, not a ratings file"): load_file(tmp_path)
     assert is_ratings_path(tmp_path / "u.data") and is_ratings_path("x.tsv") and not is_ratings_path("ml-1m")
+
+
+# ---------------------------------------------------------------- a plain delimited file of one's own: user,item,rating[,timestamp]
+
+PLAIN = [(1, 10, 4.0), (2, 10, 3.0), (2, 11, 5.0), (3, 12, 1.0)]
+
+
+def plain_text(sep=",", header="user,item,rating", rows=PLAIN, stamp=False):
+    "The rows written with `sep`, under `header` (None: no header line), with a timestamp column if `stamp`."
+    head = [] if header is None else [header.replace(",", sep) + (f"{sep}timestamp" if stamp else "")]
+    body = [sep.join(f"{v:g}" if isinstance(v, float) else str(v) for v in row) + (f"{sep}97800{k}" if stamp else "")
+            for k, row in enumerate(rows)]
+    return "\n".join(head + body) + "\n"
+
+
+def table(r):
+    "What a Ratings holds, for comparing two loads: ids as read, ratings, size, scale and where the scale came from."
+    u, i = r.original_ids()
+    return (u.tolist(), i.tolist(), r.rating.tolist(), r.n_users, r.n_items, r.rating_min, r.rating_max, r.scale_source)
+
+
+def test_a_plain_csv_with_a_header_is_read(tmp_path):
+    from dpmf_lit.data import check_file
+    f = write(tmp_path / "ratings.csv", plain_text())
+    assert check_file(f) == "delimited"
+    r = load_dataset(f, scale=(1, 5))
+    assert table(r) == ([1, 2, 2, 3], [10, 10, 11, 12], [4.0, 3.0, 5.0, 1.0], 3, 3, 1, 5, "declared")
+    assert r.name == str(f) and r.user_ids.dtype == np.int64 and r.validate() is r
+
+
+@pytest.mark.parametrize("sep", [",", "\t", ";", " ", "   "])
+@pytest.mark.parametrize("header", ["user,item,rating", None])
+def test_a_plain_file_in_each_delimiter_with_or_without_header(tmp_path, sep, header):
+    want = table(load_dataset(write(tmp_path / "ref.csv", plain_text()), scale=(1, 5)))
+    for name in ("ratings.csv", "ratings.tsv", "ratings.txt"):
+        f = write(tmp_path / name, plain_text(sep, header))
+        assert table(load_dataset(f, scale=(1, 5))) == want, (name, sep, header)
+    assert table(load_dataset(f, scale="1,5", delimiter={"\t": "tab", ",": ",", ";": ";"}.get(sep, "whitespace"))) == want
+
+
+def test_string_ids_float_ratings_and_a_timestamp_column(tmp_path):
+    rows = [("alice", "The Matrix", 4.5), ("bob", "Alien", 0.5), ("alice", "Alien", 3.0), ("u 7", "x,y", 2.25)]
+    text = "userId;title;stars;when\n" + "".join(f"{u};{i};{s};2020-01-0{k + 1}\n" for k, (u, i, s) in enumerate(rows))
+    r = load_dataset(write(tmp_path / "mine.csv", text), scale=(0.5, 5))
+    assert r.user_ids.tolist() == ["alice", "bob", "u 7"] and r.item_ids.tolist() == ["Alien", "The Matrix", "x,y"]
+    assert sorted(zip(*[a.tolist() for a in r.original_ids()], r.rating.tolist())) == sorted(rows)
+    stamped = load_dataset(write(tmp_path / "stamped.csv", plain_text(stamp=True)), scale=(1, 5))
+    assert table(stamped) == table(load_dataset(write(tmp_path / "plain.csv", plain_text()), scale=(1, 5)))
+    quoted = load_dataset(write(tmp_path / "quoted.csv", 'user,item,rating\n"a, b",1,2\nc,1,3.5\n'), scale=(1, 5))
+    assert quoted.user_ids.tolist() == ["a, b", "c"] and quoted.rating.tolist() == [2.0, 3.5]
+
+
+def test_columns_by_name_and_by_position(tmp_path):
+    text = "".join(["movieId,rating,userId,timestamp,tag\n"] + [f"{i},{s:g},{u},0,t\n" for u, i, s in PLAIN])
+    f = write(tmp_path / "other.csv", text)
+    want = table(load_dataset(write(tmp_path / "plain.csv", plain_text()), scale=(1, 5)))
+    assert table(load_dataset(f, scale=(1, 5), columns="userId,movieId,rating,timestamp")) == want
+    assert table(load_dataset(f, scale=(1, 5), columns=("userId", "movieId", "rating"))) == want
+    assert table(load_dataset(f, scale=(1, 5), columns="2,0,1")) == want
+    assert table(load_dataset(f, scale=(1, 5), columns=(2, 0, 1, 3))) == want
+    g = write(tmp_path / "noheader.txt", "".join(f"x\t{u}\t{i}\t{s:g}\n" for u, i, s in PLAIN))
+    assert table(load_dataset(g, scale=(1, 5), columns="1,2,3")) == want
+
+
+def test_the_scale_is_given_or_read_from_the_data_and_said_so(tmp_path, capsys):
+    f = write(tmp_path / "ratings.csv", plain_text())
+    r = load_dataset(f)
+    err = capsys.readouterr().err
+    assert (r.rating_min, r.rating_max, r.scale_source) == (1, 5, "data")
+    assert f"{f}: rating scale [1, 5] read from the data" in err and "--scale LO,HI" in err and "scale=(LO, HI)" in err, err
+    assert "not private" in err and "read from the data" in repr(r)
+    assert r.take(np.array([0, 1])).scale_source == "data" and all(s.scale_source == "data" for s in random_split(r, 0.5, seed=0))
+    wide = load_dataset(f, scale=(0, 10))
+    assert (wide.rating_min, wide.rating_max, wide.scale_source) == (0, 10, "declared") and capsys.readouterr().err == ""
+    with pytest.raises(ValueError, match="every rating is 3: the scale cannot be read from the data; give scale="):
+        load_dataset(write(tmp_path / "flat.csv", "1,1,3\n2,1,3\n"))
+
+
+def test_a_rating_outside_the_given_scale_is_refused_with_its_line(tmp_path):
+    f = write(tmp_path / "ratings.csv", "user,item,rating\n1,1,4\n\n1,2,6\n2,2,0\n")
+    with pytest.raises(ValueError) as e:
+        load_dataset(f, scale=(1, 5))
+    msg = str(e.value)
+    assert f"{f}: line 4: rating=6 is outside the scale [1, 5] given by scale=" in msg and "2 rating(s) outside it" in msg, msg
+    for text, line, why in [("u,i,r\n1,2,3\n1,3,x\n", 3, "rating 'x' is not a number"),
+                            ("u,i,r\n1,2,3\n1,3,nan\n", 3, "rating 'nan' is not a number"),
+                            ("u,i,r\n1,2,3\n,3,4\n", 3, "user id is empty"),
+                            ("u,i,r\n1,2,3\n1,3\n", 3, "expected 3 fields"),
+                            ("u,i,r\n1,2,3\n1,3,4,5\n", 3, "expected 3 fields")]:
+        g = write(tmp_path / "bad.csv", text)
+        with pytest.raises(ValueError) as e:
+            load_dataset(g, scale=(1, 5))
+        assert f"{g}: line {line}:" in str(e.value) and why in str(e.value), (text, str(e.value))
+    with pytest.raises(ValueError, match="empty data"):
+        load_dataset(write(tmp_path / "empty.csv", "user,item,rating\n\n"), scale=(1, 5))
+
+
+def test_repeated_pairs_in_a_plain_file_follow_on_duplicate(tmp_path):
+    f = write(tmp_path / "ratings.csv", "user,item,rating\na,x,1\nb,x,2\na,x,5\n")
+    with pytest.raises(ValueError) as e:
+        load_dataset(f, scale=(1, 5))
+    assert f"duplicate (user, item) pair (user='a', item='x') at line 2 of {f} and line 4 of {f}" in str(e.value), str(e.value)
+    assert load_dataset(f, scale=(1, 5), on_duplicate="last").to_frame().values.tolist() == [["b", "x", 2.0], ["a", "x", 5.0]]
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(columns="uid,iid,r"), "columns='uid,iid,r': no column 'uid' in the header of {f} (its columns: userId, movieId, rating, timestamp)"),
+    (dict(columns="userId,movieId"), "columns='userId,movieId': name 3 or 4 columns"),
+    (dict(columns="0,1,7"), "columns='0,1,7': {f} has 4 fields per line"),
+    (dict(columns="0,0,2"), "columns='0,0,2': column '0' twice"),
+    (dict(columns=("userId", 1.5, "rating")), "columns=('userId', 1.5, 'rating')"),
+    (dict(scale="5,1"), "scale='5,1': LO must be below HI"),
+    (dict(scale="1"), "scale='1': two numbers LO,HI"),
+    (dict(scale=(1, float("nan"))), "scale=(1, nan): two numbers LO,HI"),
+    (dict(scale="a,b"), "scale='a,b': two numbers LO,HI"),
+    (dict(delimiter="|"), "delimiter='|' must be one of"),
+    (dict(format="delimited", keep_unrated=True), "takes options"),
+])
+def test_bad_columns_scale_and_delimiter_are_named_before_any_work(tmp_path, options, message):
+    from dpmf_lit.data import check_file
+    f = write(tmp_path / "ratings.csv", "userId,movieId,rating,timestamp\n1,2,3,0\n")
+    for call in (lambda: check_file(f, **options), lambda: load_dataset(f, **options)):
+        with pytest.raises(ValueError) as e:
+            call()
+        assert message.format(f=f) in str(e.value), str(e.value)
+
+
+def test_columns_by_name_need_a_header(tmp_path):
+    f = write(tmp_path / "ratings.csv", "1,2,3\n")
+    with pytest.raises(ValueError, match=r"columns='u,i,r': .*ratings.csv has no header line \(its first line is '1,2,3'\)"):
+        load_dataset(f, columns="u,i,r")
+    with pytest.raises(ValueError, match="has 5 fields per line; name the user, item, rating"):
+        load_dataset(write(tmp_path / "five.csv", "1,2,3,4,5\n"))
+
+
+def test_extensions_still_name_the_published_formats(tmp_path):
+    "The published formats are detected as before; a file none of them reads goes to the delimited format."
+    from dpmf_lit.data import check_file
+    cases = {"u.tsv": ("1\t2\t3\t881250949\n", "movielens-100k"), "u.data": ("1\t2\t3\t881250949\n", "movielens-100k"),
+             "ml.csv": ("userId,movieId,rating,timestamp\n1,2,3.5,0\n", "movielens-csv"),
+             "anime.csv": ("user_id,anime_id,rating\n1,2,9\n", "anime-csv"), "nf.txt": ("7:\n1,3,2005-01-01\n", "netflix-combined"),
+             "ml.dat": ("1::2::3::0\n", "movielens-dat"), "plain.tsv": ("user\titem\trating\n1\t2\t3\n", "delimited"),
+             "three.tsv": ("1\t2\t3\n", "delimited"), "plain.txt": ("1,2,3\n", "delimited"), "spaced.txt": ("1 2 3 4\n", "delimited"),
+             "plain.csv": ("1,2,3\n", "delimited")}
+    for name, (text, fmt) in cases.items():
+        assert check_file(write(tmp_path / name, text)) == fmt, name
+    with pytest.raises(ValueError, match=r"may be any of \['yahoo-r1', 'yahoo-r3', 'delimited'\]"):
+        check_file(write(tmp_path / "r3.txt", "1\t2\t3\n"))
+    assert check_file(tmp_path / "r3.txt", scale="1,5") == "delimited"        # an option of the delimited format names it
+    assert check_file(tmp_path / "u.data", columns="0,1,2") == "delimited"
+    assert table(load_dataset(tmp_path / "u.data", scale=(1, 5))) == table(load_movielens_100k(tmp_path / "u.data"))
+
+
+def test_load_dataset_takes_names_and_paths_alike(tmp_path, tmp_settings, monkeypatch):
+    from dpmf_lit.data import load_file
+    s = tmp_settings(DPMF_ML_1M_N_RATINGS=3)
+    text = "1::1193::5::978300760\n1::661::3::978302109\n2::1193::4::978298413\n"
+    f = write(s.data_dir / "ml-1m" / "ml-1m" / "ratings.dat", text)
+    by_name, by_path = load_dataset("ml-1m", settings=s), load_dataset(f, settings=s)
+    assert by_name.name == "ml-1m" and by_path.name == str(f) and table(by_name) == table(by_path)
+    assert table(load_dataset(str(f), format="movielens-dat", name="mine")) == table(load_file(f))
+    assert load_dataset(f, name="mine").name == "mine"
+    monkeypatch.chdir(s.data_dir / "ml-1m")
+    assert load_dataset("ml-1m/ratings.dat").name == "ml-1m/ratings.dat"      # a relative path, as given
+    with pytest.raises(ValueError, match="format='movielens-dat' is for a ratings file given by its path"):
+        load_dataset("ml-1m", settings=s, format="movielens-dat")
+    with pytest.raises(ValueError, match="dataset='ml-7' is not in settings.ini"):
+        load_dataset("ml-7", settings=s)
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        load_dataset(tmp_path / "nothere.csv")
+
+
+def test_a_plain_csv_copy_of_movielens_100k_is_movielens_100k(tmp_path):
+    "The same ratings written as user,item,rating,timestamp: with --scale 1,5 the same Ratings, the same RMSE."
+    import pandas as pd
+    from dpmf_lit.cli.main import fit_report
+    s = load_settings()
+    load_dataset("ml-100k", settings=s)                                       # fetched if missing
+    src = s.data_dir / "ml-100k" / s.dataset("ml-100k").files[0]
+    df = pd.read_csv(src, sep="\t", header=None, names=["user", "item", "rating", "timestamp"])
+    f = tmp_path / "ml100k.csv"
+    df.to_csv(f, index=False)
+    assert table(load_dataset(f, scale=(1, 5))) == table(load_movielens_100k(src))
+    params = {"d": 8, "epochs": 1, "threads": 1, "seed": 0}
+    csv = fit_report("pmf", str(f), params, settings=s, options={"scale": "1,5"})
+    ml = fit_report("pmf", "ml-100k", params, settings=s)
+    assert (csv["rmse"], csv["mae"], csv["n_train"]) == (ml["rmse"], ml["mae"], ml["n_train"]) and csv["dataset"] == str(f)
+
+
+def test_a_scale_read_from_the_data_is_named_in_the_privacy_report(tmp_path, capsys):
+    from dpmf_lit.model.mechanism import get_mechanism
+    rows = "".join(f"{u},{i},{(u * i) % 5 + 1}\n" for u in range(40) for i in range(15))
+    f = write(tmp_path / "ratings.csv", rows)
+    read, given = load_dataset(f), load_dataset(f, scale=(1, 5))
+    for mech, params in (("dp-bias", {"epsilon": 1.0, "seed": 0}), ("dpals", {"epsilon": 1.0, "seed": 0, "epochs": 1})):
+        scope = get_mechanism(mech)(**params).fit(read).privacy.scope
+        assert "the rating scale [1, 5] was read from the data" in scope and "not covered" in scope, scope
+        assert "rating scale" not in get_mechanism(mech)(**params).fit(given).privacy.scope
+    assert "rating scale" not in get_mechanism("pmf")(epochs=1).fit(read).privacy.scope   # non-private: no guarantee to qualify

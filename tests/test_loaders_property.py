@@ -295,3 +295,37 @@ def test_valid_netflix_files_round_trip(tmp_path, data):
     path.write_bytes(("\n".join(lines) + "\n").encode())
     f = load_netflix(path).to_frame()
     assert list(zip(f.user.tolist(), f.item.tolist(), f.rating.tolist())) == [(u, i, float(x)) for u, i, x in rows]
+
+
+# ---------------------------------------------------------------- a plain delimited file of one's own round-trips
+
+WORD_IDS = st.text(alphabet="abcXYZ019_-.é", min_size=1, max_size=6).filter(lambda s: any(c.isalpha() for c in s))
+
+
+@FAST
+@given(data=st.data())
+def test_plain_delimited_files_round_trip(tmp_path, data):
+    "user,item,rating[,timestamp] in any delimiter, with or without a header: integer or string ids, any decimal ratings."
+    from dpmf_lit.data import load_dataset
+    ids = lambda: data.draw(st.sampled_from([st.integers(LO64, HI64), st.integers(0, 4), WORD_IDS]))
+    rows = data.draw(st.lists(st.tuples(ids(), ids(), st.integers(-8, 40).map(lambda k: k / 4)), min_size=1, max_size=12,
+                              unique_by=lambda t: (t[0], t[1])))
+    sep = data.draw(st.sampled_from([",", "\t", ";", " ", "  "]))
+    stamp, header = data.draw(st.booleans()), data.draw(st.booleans())
+    eol = data.draw(st.sampled_from(["\n", "\r\n"]))
+    lines = [sep.join(["user", "item", "rating"] + ["timestamp"] * stamp)] if header else []
+    for u, i, x in rows:
+        if data.draw(st.integers(0, 5)) == 0: lines.append("")
+        lines.append(sep.join([str(u), str(i), data.draw(st.sampled_from([repr(x), f"{x:g}"]))] + ["978300760"] * stamp))
+    path = tmp_path / data.draw(st.sampled_from(["mine.csv", "mine.tsv", "mine.txt", "mine.ratings"]))
+    path.write_bytes(data.draw(st.sampled_from([b"", BOM])) + (eol.join(lines) + eol).encode())
+    lo, hi = min(x for *_, x in rows), max(x for *_, x in rows)
+    scale = data.draw(st.sampled_from([None, (lo - 1, hi + 0.5)]))
+    if scale is None and lo == hi:
+        with pytest.raises(ValueError, match="the scale cannot be read from the data"):
+            load_dataset(path, format="delimited")
+        return
+    r = load_dataset(path, format="delimited", scale=scale)
+    f = r.to_frame()
+    assert list(zip(f.user.tolist(), f.item.tolist(), f.rating.tolist())) == [(u, i, float(np.float32(x))) for u, i, x in rows]
+    assert (r.rating_min, r.rating_max, r.scale_source) == ((lo, hi, "data") if scale is None else (*scale, "declared"))

@@ -18,7 +18,7 @@ from ..records.provenance import (committed_results, profile_settings, compare_r
                                  load_results, select, status)
 from ..batch.outputs import format_outputs_status, outputs_status, store_outputs
 from ..batch.reproduce import reproduce
-from .commands import settings_from_args
+from .commands import add_file_options, file_options, settings_from_args
 
 # %% auto #0
 __all__ = ['CLI_PATHS_HELP', 'NOT_COVERED', 'USER_ERRORS', 'EXIT_PIPE', 'cmd_data_list', 'cmd_data_fetch', 'mechanism_help',
@@ -164,13 +164,15 @@ NOT_COVERED = ("n_train, n_test, the test metrics (rmse, mae, ...), fit_seconds 
 
 def fit_report(mechanism: str, dataset: str, params: dict | None = None, test_fraction: float = 0.2, seed: int = 0,
                settings=None, progress: bool = False, format: str | None = None, on_duplicate: str | None = None,
-               item_features: str | None = None, item_format: str | None = None) -> dict:
+               item_features: str | None = None, item_format: str | None = None,
+               options: dict | None = None,    # more loader options, e.g. scale='1,5', columns='userId,movieId,rating'
+               ) -> dict:
     "Fit `mechanism` on a random split of `dataset` (a settings.ini name, a ratings file or `synthetic:...`); the dict `dpmf fit --json` prints."
     from dpmf_lit import data
     from dpmf_lit.model import mf
     from dpmf_lit.model.mechanism import get_mechanism
     test_fraction = check_fraction("test_fraction", test_fraction)
-    params, options = dict(params or {}), ({} if on_duplicate is None else {"on_duplicate": on_duplicate})
+    params, options = dict(params or {}), {**(options or {}), **({} if on_duplicate is None else {"on_duplicate": on_duplicate})}
     cls = get_mechanism(mechanism)
     settings = settings or load_settings()
     dataset_kind(dataset, settings, format, options)
@@ -227,7 +229,7 @@ def cmd_fit(args) -> int:
     params = parse_assignments(args.set or [])
     rep = fit_report(args.mechanism, args.dataset, params, args.test_fraction, args.seed, settings=settings_from_args(args),
                      progress=sys.stderr.isatty(), format=args.format, on_duplicate=args.on_duplicate,
-                     item_features=args.item_features, item_format=args.item_format)
+                     item_features=args.item_features, item_format=args.item_format, options=file_options(args))
     print(json.dumps(rep) if args.json else fit_summary(rep))
     return 0
 
@@ -346,6 +348,8 @@ def _fit_parser(sub, common, fmt):
                                      "and their parameters are listed at the end.",
                          epilog="examples:\n  dpmf fit pmf --dataset ml-100k --json\n  dpmf fit pmf --help\n"
                                 "  dpmf fit pmf --dataset path/to/ratings.csv --on-duplicate last\n"
+                                "  dpmf fit dpals --dataset my_ratings.csv --scale 1,5 --set epsilon=1\n"
+                                "  dpmf fit pmf --dataset ratings.tsv --columns userId,movieId,rating --scale 0.5,5\n"
                                 "  dpmf fit pmf --dataset ml-100k --item-features path/to/items.csv\n"
                                 "  dpmf fit pmf --dataset ml-100k --set d=32 --set epochs=40 --set solver=als\n"
                                 "  dpmf fit pmf --dataset synthetic:n_users=2000,n_items=1000,n_ratings=100000")
@@ -353,9 +357,11 @@ def _fit_parser(sub, common, fmt):
     fit.add_argument("mechanism", metavar="MECHANISM", help="a registered mechanism name, e.g. pmf (all are listed below)")
     fit.add_argument("--dataset", required=True, metavar="NAME|FILE",
                      help="a data set of settings.ini (e.g. ml-100k), 'synthetic[:key=value,...]' with options of "
-                          "dpmf_lit.data.synthetic, or the path of a ratings file of a published format")
+                          "dpmf_lit.data.synthetic, or the path of a ratings file: a published format, or a plain "
+                          "user,item,rating[,timestamp] file (format delimited)")
     fit.add_argument("--format", choices=FORMATS, default=None, metavar="FORMAT",
                      help=f"the format of a ratings file (default: from its extension and header line): {', '.join(FORMATS)}")
+    add_file_options(fit)
     fit.add_argument("--on-duplicate", choices=ON_DUPLICATE, default=None,
                      help="a repeated (user, item) pair in the data: error (default), or keep the first or the last rating")
     fit.add_argument("--item-features", metavar="PATH", default=None,

@@ -9,10 +9,12 @@ __all__ = ['Ratings', 'ItemFeatures', 'ratings_sha256', 'reindex', 'filter_count
            'kfold', 'holdout_per_user', 'public_private_users', 'ID_RANGE', 'TableFormat', 'RawRatings', 'read_table',
            'ML100K_FORMAT', 'ML_DAT_FORMAT', 'ML_CSV_FORMAT', 'YAHOO_R1_FORMAT', 'YAHOO_R3_FORMAT', 'ANIME_FORMAT',
            'FORMATS', 'load_movielens_100k', 'load_movielens_dat', 'load_movielens_csv', 'read_netflix', 'load_netflix',
-           'load_yahoo_r1', 'load_yahoo_r3', 'load_anime', 'fetch_dataset', 'dataset_paths', 'load_dataset',
-           'RATINGS_EXTENSIONS', 'is_ratings_path', 'check_file', 'load_file', 'DatasetRow', 'list_datasets',
-           'ItemTable', 'ITEM_FORMATS', 'parse_items', 'read_items', 'item_table_sha256', 'write_items', 'encode_items',
-           'features_for', 'attach_item_features', 'synthetic', 'synthetic_memory', 'available_memory', 'normal_table']
+           'load_yahoo_r1', 'load_yahoo_r3', 'load_anime', 'DELIMITED_OPTIONS', 'parse_scale', 'parse_columns',
+           'DelimitedLayout', 'sniff_delimited', 'read_delimited', 'load_delimited', 'fetch_dataset', 'dataset_paths',
+           'load_dataset', 'check_dataset', 'RATINGS_EXTENSIONS', 'is_ratings_path', 'check_file', 'load_file',
+           'DatasetRow', 'list_datasets', 'ItemTable', 'ITEM_FORMATS', 'parse_items', 'read_items', 'item_table_sha256',
+           'write_items', 'encode_items', 'features_for', 'attach_item_features', 'synthetic', 'synthetic_memory',
+           'available_memory', 'normal_table']
 
 # %% ../../nbs/00_data.ipynb #726d3b6e
 from .ratings import Ratings, ItemFeatures, ratings_sha256
@@ -21,10 +23,11 @@ from .splits import (
 from .formats import (
     ID_RANGE, TableFormat, RawRatings, read_table, ML100K_FORMAT, ML_DAT_FORMAT, ML_CSV_FORMAT, YAHOO_R1_FORMAT,
     YAHOO_R3_FORMAT, ANIME_FORMAT, FORMATS, load_movielens_100k, load_movielens_dat, load_movielens_csv, read_netflix,
-    load_netflix, load_yahoo_r1, load_yahoo_r3, load_anime)
-from dpmf_lit.data.datasets import (
-    fetch_dataset, dataset_paths, load_dataset, RATINGS_EXTENSIONS, is_ratings_path, check_file, load_file, DatasetRow,
-    list_datasets)
+    load_netflix, load_yahoo_r1, load_yahoo_r3, load_anime, DELIMITED_OPTIONS, parse_scale, parse_columns,
+    DelimitedLayout, sniff_delimited, read_delimited, load_delimited)
+from .datasets import (
+    fetch_dataset, dataset_paths, load_dataset, check_dataset, RATINGS_EXTENSIONS, is_ratings_path, check_file, load_file,
+    DatasetRow, list_datasets)
 from dpmf_lit.data.item_features import (
     ItemTable, ITEM_FORMATS, parse_items, read_items, item_table_sha256, write_items, encode_items, features_for,
     attach_item_features)
@@ -35,8 +38,9 @@ _all_ = [                                       # the names above are this modul
     "kfold", "holdout_per_user", "public_private_users", "ID_RANGE", "TableFormat", "RawRatings",
     "read_table", "ML100K_FORMAT", "ML_DAT_FORMAT", "ML_CSV_FORMAT", "YAHOO_R1_FORMAT", "YAHOO_R3_FORMAT",
     "ANIME_FORMAT", "FORMATS", "load_movielens_100k", "load_movielens_dat", "load_movielens_csv",
-    "read_netflix", "load_netflix", "load_yahoo_r1", "load_yahoo_r3", "load_anime", "fetch_dataset",
-    "dataset_paths", "load_dataset", "RATINGS_EXTENSIONS", "is_ratings_path", "check_file", "load_file", "DatasetRow", "list_datasets",
+    "read_netflix", "load_netflix", "load_yahoo_r1", "load_yahoo_r3", "load_anime", "DELIMITED_OPTIONS", "parse_scale",
+    "parse_columns", "DelimitedLayout", "sniff_delimited", "read_delimited", "load_delimited", "fetch_dataset",
+    "dataset_paths", "load_dataset", "check_dataset", "RATINGS_EXTENSIONS", "is_ratings_path", "check_file", "load_file", "DatasetRow", "list_datasets",
     "ItemTable", "ITEM_FORMATS", "parse_items", "read_items", "item_table_sha256", "write_items", "encode_items",
     "features_for", "attach_item_features", "synthetic", "synthetic_memory",
     "available_memory", "normal_table"]

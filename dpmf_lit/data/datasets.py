@@ -1,4 +1,4 @@
-"""Data sets by name: where `settings.ini` says each one lives, fetching MovieLens 100K (GroupLens or the RecBole wheel on PyPI), verifying count and checksum, and loading, with the public item features each one ships.
+"""Data sets by name: where `settings.ini` says each one lives, fetching MovieLens 100K (GroupLens or the RecBole wheel on PyPI), verifying count and checksum, and loading, with the public item features each one ships; a ratings file of one's own, by its path, through the same `load_dataset`.
 
 Docs: https://dpmf-lit.github.io/dpmf-lit/datasets.html.md"""
 
@@ -6,22 +6,22 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/datasets.html.md"""
 
 # %% ../../nbs/00d_datasets.ipynb #6932169f
 from __future__ import annotations
-import inspect, io, os, subprocess, sys, tempfile, urllib.request, zipfile
+import io, os, re, subprocess, sys, tempfile, urllib.request, zipfile
 from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 import numpy as np
 import pandas as pd
 from ..core.checks import UserError, atomic_write, check_bool, check_choice, check_positive, show
-from .formats import (ANIME_FORMAT, FORMATS, ML_CSV_FORMAT, FINISHERS, READERS, check_options, read_raw,
-                              where_to_get)
+from .formats import (ANIME_FORMAT, DELIMITED_OPTIONS, FORMATS, ML_CSV_FORMAT, READERS, check_options,
+                                   finish_raw, loader_options, read_raw, sniff_delimited, where_to_get)
 from .item_features import ItemTable, features_for, item_table_sha256, parse_items, read_items, write_items
 from .ratings import Ratings, sha256_arrays
 from ..core.settings import Settings, load_settings
 
 # %% auto #0
-__all__ = ['RATINGS_EXTENSIONS', 'fetch_dataset', 'dataset_paths', 'load_dataset', 'is_ratings_path', 'check_file', 'load_file',
-           'DatasetRow', 'list_datasets']
+__all__ = ['RATINGS_EXTENSIONS', 'fetch_dataset', 'dataset_paths', 'is_ratings_path', 'check_file', 'load_file', 'check_dataset',
+           'load_dataset', 'DatasetRow', 'list_datasets']
 
 # %% ../../nbs/00d_datasets.ipynb #a0a5b1c8
 def _pip_reason(text: str) -> str:
@@ -176,8 +176,11 @@ def _fetch_items(name: str, s: Settings, src, force: bool = False, timeout: floa
 # %% ../../nbs/00d_datasets.ipynb #d5413beb
 def _loader_options(fmt: str, options: dict, what: str) -> dict:
     "`options`, checked against the loader options of format `fmt` (`what` names the data in the message)."
-    allowed = set(inspect.signature(FINISHERS[fmt]).parameters) - {"raw", "name"}
-    if set(options) - allowed: raise ValueError(f"{what} takes options {sorted(allowed)}, not {sorted(set(options) - allowed)}")
+    allowed, unknown = set(loader_options(fmt)), set(options) - set(loader_options(fmt))
+    if unknown:
+        hint = (f" ({', '.join(DELIMITED_OPTIONS)} are options of format 'delimited', a plain user,item,rating[,timestamp] file)"
+                if unknown & set(DELIMITED_OPTIONS) else "")
+        raise ValueError(f"{what} takes options {sorted(allowed)}, not {sorted(unknown)}{hint}")
     check_options(**options)
     return options
 
@@ -218,25 +221,17 @@ def _dataset_items(name: str, s: Settings, src, fetch: bool, verify: bool) -> It
 def _with_items(ratings: Ratings, table: ItemTable | None) -> Ratings:
     return ratings if table is None else ratings.with_features(features_for(ratings, table))
 
-def load_dataset(name: str,                        # a data set of settings.ini
-                 settings: Settings | None = None, # where data go and where they come from (default: load_settings())
-                 fetch: bool = True,               # download a missing data set (and item file) where settings.ini allows it
-                 verify: bool = True,              # check the parsed count and checksums against settings.ini
-                 item_features=True,               # attach the data set's public item features (True), none (False), or a file's (its path)
-                 item_format: str | None = None,   # the format of that file (default: from its first line)
-                 **options,                        # loader options, e.g. on_duplicate='first', keep_unrated=True
-                 ) -> Ratings:
-    """Load data set `name` from data_dir (see settings.ini), fetching it first when missing, allowed (`fetch`)
-    and possible (`auto = yes`). Checks the parsed count and checksum (`verify`). `options` go to the loader.
-    With `item_features=True` the data set's item file (settings.ini `item_files`) is attached as
-    `Ratings.item_features` when present (fetched first when missing, if `fetch` and `item_urls` allow);
-    `item_features` stays None when the data set has no item file, or when its file is absent and cannot be
-    fetched (a hand-placed data set, or `fetch=False`). A path attaches that file's features instead."""
-    check_bool("fetch", fetch); check_bool("verify", verify)
-    s = settings or load_settings()
+def _check_named(name: str, s: Settings, options: dict):
+    "The settings.ini source of data set `name`, its format known and `options` among its loader's."
     src = s.dataset(name)
     if src.format not in READERS: raise ValueError(f"dataset {name!r} has format={src.format!r}; known formats: {FORMATS}")
     _loader_options(src.format, options, f"dataset {name!r}")
+    return src
+
+def _load_named(name: str, s: Settings, fetch: bool, verify: bool, item_features, item_format, options: dict,
+                label: str | None = None) -> Ratings:
+    "Data set `name` of settings.ini as `Ratings` named `label` (default: `name`): fetched if missing and allowed, verified, with its item features."
+    src = _check_named(name, s, options)
     own = _own_items(item_features, item_format)
     paths = dataset_paths(name, s)
     missing = [p for p in paths if not p.exists()]
@@ -248,59 +243,128 @@ def load_dataset(name: str,                        # a data set of settings.ini
             hint = f" load_dataset(..., fetch=True) or `dpmf data fetch {name}` downloads it." if src.auto else ""
             raise FileNotFoundError(f"{name}: missing {', '.join(map(str, missing))}. {where_to_get(name, s)}{hint}")
     table = own if own is not None else _dataset_items(name, s, src, fetch, verify) if item_features is True else None
-    raw = read_raw(src.format, paths, name)
+    raw = read_raw(src.format, paths, name, **options)
     if verify: _verify_raw(name, src, raw.user, raw.item, raw.rating)
-    return _with_items(FINISHERS[src.format](raw, name, **options), table)
+    return _with_items(finish_raw(src.format, raw, label or name, **options), table)
 
 # %% ../../nbs/00d_datasets.ipynb #f3791a32
-RATINGS_EXTENSIONS = {".tsv": ("movielens-100k",), ".data": ("movielens-100k",), ".dat": ("movielens-dat",),
-                      ".csv": ("movielens-csv", "anime-csv"), ".txt": ("netflix-combined", "yahoo-r1", "yahoo-r3")}
+RATINGS_EXTENSIONS = {".tsv": ("movielens-100k", "delimited"), ".data": ("movielens-100k",), ".dat": ("movielens-dat",),
+                      ".csv": ("movielens-csv", "anime-csv", "delimited"),
+                      ".txt": ("netflix-combined", "yahoo-r1", "yahoo-r3", "delimited")}
 _HEADERS = {"movielens-csv": ML_CSV_FORMAT.header, "anime-csv": ANIME_FORMAT.header}
+_INT, _NUM = r" *-?[0-9]+ *", r" *-?([0-9]+\.?[0-9]*|\.[0-9]+) *"
+_ML100K_LINE = re.compile("\t".join([_INT, _INT, _NUM, _INT]))      # a line of MovieLens 100K's u.data
+_YAHOO_LINE = re.compile("\t".join([_INT, _INT, _NUM]))             # a line of Yahoo! Music R1 or R3
 
 def is_ratings_path(spec) -> bool:
     "Whether `spec` names a file rather than a data set: it exists, holds a path separator or ends with a ratings extension."
     s = str(spec)
     return "/" in s or os.sep in s or Path(s).suffix.lower() in RATINGS_EXTENSIONS or Path(s).exists()
 
-def _first_line(path: Path) -> str:
-    with open(path, "rb") as f: return f.readline(4096).decode("utf-8", "replace").lstrip("\ufeff").strip()
+def _first_line(path: Path, skip_blank: bool = False) -> str:
+    "The first line of `path` (with `skip_blank`, the first that is not blank), stripped."
+    with open(path, "rb") as f:
+        for raw in iter(lambda: f.readline(4096), b""):
+            line = raw.decode("utf-8", "replace").lstrip("\ufeff").strip()
+            if line or not skip_blank: return line
+    return ""
 
-def _guess_format(p: Path) -> str:
-    "The one format the extension of `p` (and, where it names several, its first line) allows; a ValueError otherwise."
-    found, first = RATINGS_EXTENSIONS.get(p.suffix.lower(), ()), None
+def _guess_format(p: Path, options: dict | None = None) -> str:
+    """The one format `p` is read with: 'delimited' when an option of that format is given; else the one its extension
+    names, or, where it names several, its first line allows; a ValueError when that leaves more than one."""
+    if set(options or ()) & set(DELIMITED_OPTIONS): return "delimited"
+    ext, first = p.suffix.lower(), None
+    found = RATINGS_EXTENSIONS.get(ext, ())
     if len(found) > 1:
-        first = _first_line(p)
-        if p.suffix.lower() == ".csv": found = tuple(f for f in found if _HEADERS[f].lower() == first.lower()) or found
+        first = _first_line(p, skip_blank=ext != ".csv")
+        if ext == ".csv": found = tuple(f for f in _HEADERS if _HEADERS[f].lower() == first.lower()) or ("delimited",)
+        elif ext == ".tsv": found = ("movielens-100k",) if _ML100K_LINE.fullmatch(first) else ("delimited",)
         elif first.endswith(":"): found = ("netflix-combined",)
+        elif not _YAHOO_LINE.fullmatch(first): found = ("delimited",)
+        else: found = ("yahoo-r1", "yahoo-r3", "delimited")
     if len(found) == 1: return found[0]
     why = (f"a {p.suffix} file may be any of {list(found)} and its first line {first[:60]!r} does not tell which" if found
            else f"its extension {p.suffix or '(none)'!r} names no format")
-    raise ValueError(f"dataset={str(p)!r}: {why}; name it with format= (on the command line --format), one of {list(FORMATS)}")
+    raise ValueError(f"dataset={str(p)!r}: {why}; name it with format= (on the command line --format), one of {list(FORMATS)}"
+                     " (a plain user,item,rating[,timestamp] file is format='delimited')")
 
 # %% ../../nbs/00d_datasets.ipynb #8e5bfb8a
+def _given(options: dict) -> dict:
+    "`options` less the delimited format's options left at None (not given)."
+    return {k: v for k, v in options.items() if not (k in DELIMITED_OPTIONS and v is None)}
+
 def check_file(path,                      # a ratings file (a training_set folder for the Netflix formats)
-               format: str | None = None, # one of FORMATS; default: from the extension (and the header line)
-               **options,                 # loader options of that format, e.g. on_duplicate='first'
+               format: str | None = None, # one of FORMATS; default: from the extension (and the first line)
+               **options,                 # loader options of that format, e.g. on_duplicate='first', scale=(1, 5)
                ) -> str:
-    "The format `load_file` reads `path` with, every argument checked and nothing parsed."
-    p = Path(path)
+    "The format `load_dataset` reads the file `path` with, every argument checked and nothing parsed but a plain file's first line."
+    p, options = Path(path), _given(options)
     if format is not None: check_choice("format", format, FORMATS)
     if not p.exists(): raise FileNotFoundError(f"dataset={str(path)!r}: no such file")
     if p.is_dir() and not (format or "").startswith("netflix"):
         raise IsADirectoryError(f"dataset={str(path)!r} is a folder, not a ratings file (only format='netflix-training-set' reads a folder)")
-    fmt = format or _guess_format(p)
+    fmt = format or _guess_format(p, options)
     _loader_options(fmt, options, f"format {fmt!r}")
+    if fmt == "delimited": sniff_delimited(p, options.get("columns"), options.get("delimiter"))   # a column not there is named now
     return fmt
+
+def _load_file(path, fmt: str, name: str | None, item_features, item_format, options: dict) -> Ratings:
+    "The file `path`, checked by `check_file`, as `Ratings` named `name` (default: the path as given)."
+    table = _own_items(item_features, item_format)
+    name = str(path) if name is None else name
+    return _with_items(finish_raw(fmt, read_raw(fmt, [Path(path)], name, **options), name, **options), table)
 
 def load_file(path, format: str | None = None, name: str | None = None,
               item_features=None,              # the path of a file of public item features to attach (None: none)
               item_format: str | None = None,  # its format (default: from its first line)
               **options) -> Ratings:
-    "`Ratings` from a file of one of the published formats (`check_file`); `name` defaults to the path as given."
+    "`Ratings` of a ratings file: `load_dataset` for a path (`load_dataset(path, ...)` does the same); `name` defaults to the path as given."
     fmt = check_file(path, format, **options)
-    table = _own_items(item_features, item_format)
-    name = str(path) if name is None else name
-    return _with_items(FINISHERS[fmt](read_raw(fmt, [Path(path)], name), name, **options), table)
+    return _load_file(path, fmt, name, item_features, item_format, _given(options))
+
+# %% ../../nbs/00d_datasets.ipynb #5a090c43
+def _resolve(name_or_path, s: Settings, format: str | None, options: dict) -> tuple[str, str]:
+    "('settings', its name) or ('file', its format): how `load_dataset` reads `name_or_path`, every argument checked."
+    if isinstance(name_or_path, str) and name_or_path in s.datasets:
+        if format is not None: raise ValueError(f"format={format!r} is for a ratings file given by its path, not dataset={name_or_path!r}")
+        _check_named(name_or_path, s, options)
+        return "settings", name_or_path
+    if isinstance(name_or_path, os.PathLike) or (isinstance(name_or_path, str) and name_or_path and is_ratings_path(name_or_path)):
+        return "file", check_file(name_or_path, format, **options)
+    if not isinstance(name_or_path, str): raise ValueError(f"dataset={show(name_or_path)} must be a data set name or the path of a ratings file")
+    raise ValueError(f"dataset={name_or_path!r} is not in settings.ini; known: {sorted(s.datasets)}; or give the path of a ratings file")
+
+def _spec(name_or_path): return name_or_path.strip() if isinstance(name_or_path, str) else name_or_path
+
+def check_dataset(name_or_path,                    # a data set of settings.ini, or the path of a ratings file
+                  settings: Settings | None = None,  # where data sets live (default: load_settings())
+                  format: str | None = None,       # a file's format (default: from its extension and first line)
+                  **options,                       # loader options
+                  ) -> str:
+    "How `load_dataset` reads `name_or_path`: 'settings' or 'file'; every argument checked, nothing read but a plain file's first line."
+    return _resolve(_spec(name_or_path), settings or load_settings(), format, _given(options))[0]
+
+def load_dataset(name_or_path,                     # a data set of settings.ini, or the path of a ratings file (a folder for Netflix)
+                 settings: Settings | None = None, # where data go and where they come from (default: load_settings())
+                 fetch: bool = True,               # download a missing data set (and item file) where settings.ini allows it
+                 verify: bool = True,              # check the parsed count and checksums against settings.ini
+                 item_features=True,               # attach the data set's public item features (True), none (False), or a file's (its path)
+                 item_format: str | None = None,   # the format of that file (default: from its first line)
+                 format: str | None = None,        # a file's format, one of FORMATS (default: from its extension and first line)
+                 name: str | None = None,          # the name of the Ratings (default: the data set's, or the path as given)
+                 **options,                        # loader options, e.g. on_duplicate='first', keep_unrated=True, scale=(1, 5), columns='userId,movieId,rating'
+                 ) -> Ratings:
+    """`Ratings` of a data set of settings.ini, or of a ratings file in any known format. A data set is loaded from data_dir,
+    fetched first when missing, allowed (`fetch`) and possible (`auto = yes`), its count and checksum checked (`verify`),
+    its item file attached as `Ratings.item_features` where there is one (`item_features=True`; a path attaches that
+    file's features instead). A file is read in `format` (default: from its extension and first line). `options` go to
+    the loader; every argument is checked before any ratings are read."""
+    check_bool("fetch", fetch); check_bool("verify", verify)
+    if name is not None and not isinstance(name, str): raise ValueError(f"name={show(name)} must be a string")
+    s, spec, options = settings or load_settings(), _spec(name_or_path), _given(options)
+    kind, what = _resolve(spec, s, format, options)
+    if kind == "file": return _load_file(spec, what, name, item_features, item_format, options)
+    return _load_named(spec, s, fetch, verify, item_features, item_format, options, name)
 
 # %% ../../nbs/00d_datasets.ipynb #b9fa6587
 class DatasetRow(NamedTuple):

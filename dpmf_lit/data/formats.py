@@ -1,4 +1,4 @@
-"""Loaders for the published rating files (MovieLens, Netflix Prize, Yahoo! Music, Anime): one strict grammar per format, parsed in one numba pass, and every refusal names the file and the line.
+"""Loaders for the published rating files (MovieLens, Netflix Prize, Yahoo! Music, Anime), one strict grammar per format parsed in one numba pass, and for a plain user,item,rating[,timestamp] file of one's own; every refusal names the file and the line.
 
 Docs: https://dpmf-lit.github.io/dpmf-lit/formats.html.md"""
 
@@ -6,10 +6,12 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/formats.html.md"""
 
 # %% ../../nbs/00c_formats.ipynb #320889e2
 from __future__ import annotations
-from dataclasses import dataclass
+import csv, inspect, math, re, sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, NamedTuple
 import numpy as np
+import pandas as pd
 from numba import njit
 from ..core.checks import check_bool, check_choice, check_float, show
 from .ratings import ON_DUPLICATE, Ratings
@@ -17,9 +19,11 @@ from ..core.settings import Settings, load_settings
 
 # %% auto #0
 __all__ = ['ID_RANGE', 'ML100K_FORMAT', 'ML_DAT_FORMAT', 'ML_CSV_FORMAT', 'YAHOO_R1_FORMAT', 'YAHOO_R3_FORMAT', 'ANIME_FORMAT',
-           'READERS', 'FINISHERS', 'FORMATS', 'where_to_get', 'TableFormat', 'RawRatings', 'read_table',
-           'check_options', 'load_movielens_100k', 'load_movielens_dat', 'load_movielens_csv', 'read_netflix',
-           'load_netflix', 'load_yahoo_r1', 'load_yahoo_r3', 'load_anime', 'read_raw']
+           'DELIMITERS', 'READERS', 'FINISHERS', 'FORMATS', 'DELIMITED_OPTIONS', 'where_to_get', 'TableFormat',
+           'RawRatings', 'read_table', 'check_options', 'load_movielens_100k', 'load_movielens_dat',
+           'load_movielens_csv', 'read_netflix', 'load_netflix', 'load_yahoo_r1', 'load_yahoo_r3', 'load_anime',
+           'parse_scale', 'parse_columns', 'parse_delimiter', 'DelimitedLayout', 'sniff_delimited', 'read_delimited',
+           'scale_message', 'load_delimited', 'loader_options', 'read_raw', 'finish_raw']
 
 # %% ../../nbs/00c_formats.ipynb #f91e6634
 def where_to_get(dataset: str | None, settings: Settings | None = None, fetch_hint: bool = True) -> str:
@@ -161,8 +165,8 @@ def _parse_table(buf, start, line0, sep, n_fields, fields, lo, hi, special, out_
 # %% ../../nbs/00c_formats.ipynb #dcb7ed4f
 class RawRatings(NamedTuple):
     "Parsed ids and ratings of one or more files, in file order, and how to name row k in messages."
-    user: np.ndarray                # int64 user ids as written in the file
-    item: np.ndarray                # int64 item ids as written in the file
+    user: np.ndarray                # user ids as written in the file: int64 (strings in a plain delimited file)
+    item: np.ndarray                # item ids as written in the file: int64 (strings in a plain delimited file)
     rating: np.ndarray              # the ratings as written in the file
     locate: Callable[[int], str]    # row k -> 'line n of PATH'
     source: str                     # the file (or files) read
@@ -437,6 +441,192 @@ def load_anime(path, name: str = "anime", keep_unrated: bool = False, on_duplica
     check_options(keep_unrated=keep_unrated, on_duplicate=on_duplicate)
     return _finish_anime(read_table(path, ANIME_FORMAT, name), name, keep_unrated, on_duplicate)
 
+# %% ../../nbs/00c_formats.ipynb #142c459c
+DELIMITERS = {",": ",", ";": ";", "\t": "\t", "tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";",
+              " ": " ", "space": " ", "whitespace": " "}
+_DELIMITER_NAMES = {",": "','", ";": "';'", "\t": "tabs", " ": "spaces"}
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+def _is_number(text: str) -> bool:
+    "Whether `text` is a finite decimal number, as a rating field is and a header's is not."
+    return bool(_NUMBER.fullmatch(text.strip())) and math.isfinite(float(text))
+
+def parse_scale(scale) -> tuple[float, float]:
+    "`scale` ('1,5', (1, 5) or [1, 5]) as (lowest, highest) rating; a ValueError naming it otherwise."
+    parts = scale.split(",") if isinstance(scale, str) else scale
+    try:
+        if isinstance(parts, (bytes, str)) or len(parts) != 2 or any(isinstance(x, bool) for x in parts): raise TypeError
+        lo, hi = (float(x) for x in parts)
+    except (TypeError, ValueError): lo = hi = math.nan
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise ValueError(f"scale={show(scale)}: two numbers LO,HI, the lowest and highest rating of the scale, e.g. 1,5 "
+                         "(in Python scale=(1, 5))")
+    if not lo < hi: raise ValueError(f"scale={show(scale)}: LO must be below HI, e.g. 1,5")
+    return lo, hi
+
+def parse_columns(columns) -> tuple:
+    "`columns` ('userId,movieId,rating', '2,0,1', a tuple or list) as the user, item, rating[, timestamp] columns: header names (str) or positions from 0 (int)."
+    bad = ValueError(f"columns={show(columns)}: name 3 or 4 columns (user, item, rating[, timestamp]), each a name of the "
+                     "header line or a position from 0, e.g. userId,movieId,rating or 0,1,2")
+    parts = columns.split(",") if isinstance(columns, str) else columns
+    if isinstance(parts, bytes) or not isinstance(parts, (list, tuple)): raise bad
+    out = []
+    for c in parts:
+        if isinstance(c, str) and c.strip(): out.append(int(c) if c.strip().isascii() and c.strip().isdigit() else c.strip())
+        elif isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c >= 0: out.append(int(c))
+        else: raise bad
+    if len(out) not in (3, 4): raise bad
+    twice = next((c for k, c in enumerate(out) if c in out[:k]), None)
+    if twice is not None: raise ValueError(f"columns={show(columns)}: column {str(twice)!r} twice")
+    return tuple(out)
+
+def parse_delimiter(delimiter) -> str:
+    "`delimiter` (',', ';', 'tab', 'whitespace', ...) as the separator: ',', ';', a tab, or ' ' for runs of spaces and tabs."
+    key = delimiter if isinstance(delimiter, str) and delimiter in DELIMITERS else str(delimiter).lower()
+    if not isinstance(delimiter, str) or key not in DELIMITERS:
+        raise ValueError(f"delimiter={show(delimiter)} must be one of ',', ';', 'tab', 'whitespace'")
+    return DELIMITERS[key]
+
+_OPTION_CHECKS.update(scale=parse_scale, columns=parse_columns, delimiter=parse_delimiter)
+
+# %% ../../nbs/00c_formats.ipynb #e26b2eda
+class DelimitedLayout(NamedTuple):
+    "How a plain delimited file is laid out, read from its first non-blank line."
+    sep: str            # ',', ';', '\t', or ' ' (runs of spaces and tabs)
+    n_fields: int       # fields on every line
+    header: tuple       # the header line's fields (empty: no header line)
+    skip: int           # lines before the first data line (blank lines, the header)
+    fields: tuple       # positions of the user, item, rating [and timestamp] columns
+
+def _split(line: str, sep: str) -> list:
+    "The fields of `line`, quotes removed and spaces trimmed."
+    return line.split() if sep == " " else [f.strip() for f in next(csv.reader([line], delimiter=sep))]
+
+def _first_nonblank(path: Path) -> tuple[int, str]:
+    "(line number, text) of the first line of `path` that is not blank; (0, '') when there is none."
+    with open(path, "rb") as f:
+        for n, raw in enumerate(iter(lambda: f.readline(1 << 20), b""), 1):
+            text = raw.decode("utf-8", "replace").lstrip("\ufeff" if n == 1 else "").strip()
+            if text: return n, text
+    return 0, ""
+
+def _resolve(c, fields: list, columns, path) -> int:
+    "The position of column `c` (a position, or a name of the header `fields`) in a file of len(fields) fields."
+    if isinstance(c, int):
+        if c < len(fields): return c
+        raise ValueError(f"columns={show(columns)}: {path} has {len(fields)} fields per line (its first line: "
+                         f"{','.join(fields)[:80]!r}); positions count from 0")
+    found = [k for k, f in enumerate(fields) if f == c] or [k for k, f in enumerate(fields) if f.lower() == c.lower()]
+    if len(found) == 1: return found[0]
+    if found: raise ValueError(f"columns={show(columns)}: the header of {path} has {len(found)} columns named {c!r}")
+    if any(map(_is_number, fields)):
+        raise ValueError(f"columns={show(columns)}: no column {c!r}, for {path} has no header line (its first line is "
+                         f"{','.join(fields)[:80]!r}): give the columns by position, e.g. columns='0,1,2'")
+    raise ValueError(f"columns={show(columns)}: no column {c!r} in the header of {path} (its columns: {', '.join(fields)})")
+
+def sniff_delimited(path,                 # a plain ratings file
+                    columns=None,         # user, item, rating[, timestamp]: header names or positions (default: the first 3 or 4)
+                    delimiter=None,       # ',', ';', 'tab' or 'whitespace' (default: from the first line)
+                    ) -> DelimitedLayout:
+    "The layout of a plain `user,item,rating[,timestamp]` file, from its first non-blank line; `columns` checked against it."
+    cols = None if columns is None else parse_columns(columns)
+    sep = None if delimiter is None else parse_delimiter(delimiter)
+    line, first = _first_nonblank(Path(path))
+    if not line: raise ValueError(f"{path}: empty data (no ratings)")
+    sep = sep or next((s for s in ("\t", ",", ";", " ") if len(_split(first, s)) >= 3), None)
+    if sep is None:
+        raise ValueError(f"{path}: line {line}: cannot tell how the fields of {first[:80]!r} are separated: a plain ratings file has "
+                         "user, item, rating[, timestamp] separated by commas, tabs, semicolons or spaces (delimiter=, on the "
+                         "command line --delimiter)")
+    fields = _split(first, sep)
+    if cols is None:
+        if len(fields) not in (3, 4):
+            example = "0,1,2" if _is_number(fields[-1]) else ",".join(fields[:3])
+            raise ValueError(f"{path} has {len(fields)} fields per line; name the user, item, rating[, timestamp] columns with "
+                             f"columns= (on the command line --columns), e.g. columns={example!r}")
+        cols = tuple(range(len(fields)))
+    at = tuple(_resolve(c, fields, columns, path) for c in cols)
+    if len(set(at)) < len(at): raise ValueError(f"columns={show(columns)}: names one column of {path} twice")
+    header = any(isinstance(c, str) for c in cols) or not _is_number(fields[at[2]])
+    return DelimitedLayout(sep, len(fields), tuple(fields) if header else (), line if header else line - 1, at)
+
+# %% ../../nbs/00c_formats.ipynb #c9209599
+def _line_text(path, line: int) -> str:
+    "Line `line` of `path` (its first 80 characters), for a message."
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            if n == line: return raw.decode("utf-8", "replace").lstrip("\ufeff").rstrip("\r\n")[:80]
+    return ""
+
+def _ids(text: np.ndarray) -> np.ndarray:
+    "Ids as written: int64 when every one is an integer written plainly (no '+', no leading zero, within int64), else the strings."
+    try: ints = np.asarray(text, dtype=str).astype(np.int64)
+    except (ValueError, OverflowError): return text
+    return ints if (ints.astype(str) == np.asarray(text, dtype=str)).all() else text
+
+def read_delimited(path,                      # a plain ratings file
+                   columns=None,              # user, item, rating[, timestamp]: header names or positions (default: the first 3 or 4)
+                   delimiter=None,            # ',', ';', 'tab' or 'whitespace' (default: from the first line)
+                   scale=None,                # (lowest, highest): a rating outside it is refused (default: none checked)
+                   dataset: str | None = None,  # data set name, for where-to-get-it hints
+                   ) -> RawRatings:
+    "Raw (user id, item id, rating) arrays of a plain `user,item,rating[,timestamp]` file, or the first bad line named."
+    path = _require_file(path, dataset)
+    lo, hi = (None, None) if scale is None else parse_scale(scale)
+    lay = sniff_delimited(path, columns, delimiter)
+    how = f"{lay.n_fields} fields separated by {_DELIMITER_NAMES[lay.sep]}"
+    try:
+        df = pd.read_csv(path, sep=r"\s+" if lay.sep == " " else lay.sep, header=None, names=list(range(lay.n_fields)),
+                         skiprows=lay.skip, dtype=str, na_filter=False, skip_blank_lines=False, engine="c", encoding="utf-8-sig")
+    except pd.errors.ParserError as e:
+        m = re.search(r"Expected \d+ fields in line (\d+), saw (\d+)", str(e))
+        if m is None: raise ValueError(f"{path}: not a delimited ratings file ({e})") from None
+        raise ValueError(f"{path}: line {m[1]}: malformed line (expected {how}, found {m[2]}): {_line_text(path, int(m[1]))!r}") from None
+    except UnicodeDecodeError as e: raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    text = [df[c].str.strip().to_numpy(dtype=object) for c in df.columns]
+    keep = np.flatnonzero(~np.logical_and.reduce([t == "" for t in text]))       # blank lines are skipped
+    if len(keep) == 0: raise ValueError(f"{path}: empty data (no ratings)")
+    lines = keep + lay.skip + 1
+    bad_line = lambda k, why: ValueError(f"{path}: line {lines[k]}: malformed line ({why}): {_line_text(path, int(lines[k]))!r}")
+    used = [text[c][keep] for c in lay.fields]
+    for what, col in zip(("user id", "item id", "rating", "timestamp"), used):
+        if (col == "").any(): raise bad_line(int(np.argmax(col == "")), f"{what} is empty; expected {how}")
+    rating = pd.to_numeric(pd.Series(used[2]), errors="coerce").to_numpy(np.float64)
+    if not np.isfinite(rating).all():
+        k = int(np.argmax(~np.isfinite(rating)))
+        raise bad_line(k, f"rating {used[2][k]!r} is not a number")
+    out = (rating < lo) | (rating > hi) if lo is not None else None
+    if out is not None and out.any():
+        k = int(np.argmax(out))
+        raise ValueError(f"{path}: line {lines[k]}: rating={rating[k]:g} is outside the scale [{lo:g}, {hi:g}] given by "
+                         f"scale={show(scale)}; {int(out.sum())} rating(s) outside it")
+    return RawRatings(_ids(used[0]), _ids(used[1]), rating, lambda k: f"line {lines[k]} of {path}", str(path))
+
+def scale_message(source: str, lo: float, hi: float) -> str:
+    "What a loader says when it reads the rating scale from the data."
+    return (f"{source}: rating scale [{lo:g}, {hi:g}] read from the data (its lowest and highest rating); give scale=(LO, HI) "
+            "(on the command line --scale LO,HI) if the scale is wider. The scale read from the data is not private: it is "
+            "computed from the ratings, no guarantee covers it, and a private fit's report says so")
+
+def _finish_delimited(raw, name, scale=None, on_duplicate="error") -> Ratings:
+    "`Ratings` on the scale given, or on the data's own (said on stderr, and recorded as scale_source='data')."
+    if scale is not None: lo, hi = parse_scale(scale)
+    else:
+        lo, hi = float(raw.rating.min()), float(raw.rating.max())
+        if lo == hi: raise ValueError(f"{raw.source}: every rating is {lo:g}: the scale cannot be read from the data; give "
+                                      "scale=(LO, HI) (on the command line --scale LO,HI)")
+    r = Ratings.from_ids(raw.user, raw.item, raw.rating, lo, hi, name=name, on_duplicate=on_duplicate, row_name=raw.locate)
+    if scale is not None: return r
+    print(scale_message(raw.source, lo, hi), file=sys.stderr)
+    return replace(r, scale_source="data")
+
+def load_delimited(path, name: str | None = None, scale=None, columns=None, delimiter=None, on_duplicate: str = "error") -> Ratings:
+    "A plain `user,item,rating[,timestamp]` file (any ids, any decimal ratings) on the scale given, or read from the data and said so."
+    given = {k: v for k, v in dict(scale=scale, columns=columns, delimiter=delimiter).items() if v is not None}
+    check_options(on_duplicate=on_duplicate, **given)
+    name = str(path) if name is None else name
+    return _finish_delimited(read_delimited(path, columns, delimiter, scale, name), name, scale, on_duplicate)
+
 # %% ../../nbs/00c_formats.ipynb #5b209f7f
 READERS = {
     "movielens-100k": lambda paths, name: read_table(paths[0], ML100K_FORMAT, name),
@@ -447,15 +637,28 @@ READERS = {
     "yahoo-r1": lambda paths, name: read_table(paths[0], YAHOO_R1_FORMAT, name),
     "yahoo-r3": lambda paths, name: read_table(paths[0], YAHOO_R3_FORMAT, name),
     "anime-csv": lambda paths, name: read_table(paths[0], ANIME_FORMAT, name),
+    "delimited": lambda paths, name, columns=None, delimiter=None, scale=None: read_delimited(paths[0], columns, delimiter, scale, name),
 }
 
 FINISHERS = {
     "movielens-100k": _finish_movielens_100k, "movielens-dat": _finish_movielens_dat, "movielens-csv": _finish_movielens_csv,
     "netflix-combined": _finish_netflix, "netflix-training-set": _finish_netflix,
-    "yahoo-r1": _finish_yahoo_r1, "yahoo-r3": _finish_yahoo_r3, "anime-csv": _finish_anime,
+    "yahoo-r1": _finish_yahoo_r1, "yahoo-r3": _finish_yahoo_r3, "anime-csv": _finish_anime, "delimited": _finish_delimited,
 }
 FORMATS = tuple(READERS)
+DELIMITED_OPTIONS = ("scale", "columns", "delimiter")   # the options of the delimited format alone
 
-def read_raw(fmt: str, paths, name: str) -> RawRatings:
+def _takes(f) -> set: return set(inspect.signature(f).parameters) - {"paths", "raw", "name"}
+
+def loader_options(fmt: str) -> tuple:
+    "The options a loader of format `fmt` takes: its reader's (e.g. columns) and its finisher's (e.g. on_duplicate)."
+    return tuple(sorted(_takes(READERS[fmt]) | _takes(FINISHERS[fmt])))
+
+def read_raw(fmt: str, paths, name: str, **options) -> RawRatings:
+    "The raw ratings of `paths` in format `fmt` (the options its reader takes are passed, the others left to `finish_raw`)."
     if fmt not in READERS: raise ValueError(f"format={fmt!r} has no loader; known formats: {FORMATS}")
-    return READERS[fmt](paths, name)
+    return READERS[fmt](paths, name, **{k: v for k, v in options.items() if k in _takes(READERS[fmt])})
+
+def finish_raw(fmt: str, raw: RawRatings, name: str, **options) -> Ratings:
+    "`Ratings` of raw ratings in format `fmt`, with the options its finisher takes (e.g. scale, on_duplicate)."
+    return FINISHERS[fmt](raw, name, **{k: v for k, v in options.items() if k in _takes(FINISHERS[fmt])})

@@ -18,9 +18,11 @@ from ..core.grouping import group_by
 from ..core.checks import check_choice, check_float, show
 
 # %% auto #0
-__all__ = ['ON_DUPLICATE', 'Ratings', 'ItemFeatures', 'sha256_arrays', 'ratings_sha256']
+__all__ = ['SCALE_SOURCES', 'ON_DUPLICATE', 'Ratings', 'ItemFeatures', 'sha256_arrays', 'ratings_sha256']
 
 # %% ../../nbs/00a_ratings.ipynb #cf326ef9
+SCALE_SOURCES = ("declared", "data")     # the rating range: declared (by the format or the user), or read from the ratings
+
 @dataclass(frozen=True, eq=False)
 class Ratings:
     "Aligned (user, item, rating) arrays with the matrix size, rating range and id maps."
@@ -35,17 +37,18 @@ class Ratings:
     user_ids: np.ndarray | None = None   # original id of each user code (None: the code itself)
     item_ids: np.ndarray | None = None   # original id of each item code (None: the code itself)
     item_features: ItemFeatures | None = None  # public facts about each item code (None: none known)
+    scale_source: str = "declared"       # 'declared' (by the format or the user) or 'data' (min and max of the ratings: not public)
 
     def __len__(self): return len(self.rating)
 
     def __repr__(self):
         return (f"Ratings({self.name!r}: {len(self):,} ratings, {self.n_users:,} users x {self.n_items:,} items, "
-                f"range [{self.rating_min:g}, {self.rating_max:g}])")
+                f"range [{self.rating_min:g}, {self.rating_max:g}]"
+                + (", scale read from the data)" if self.scale_source == "data" else ")"))
 
     def take(self, idx, name: str | None = None) -> "Ratings":
-        "The ratings at `idx` (indices or boolean mask), same matrix size and id maps."
-        return Ratings(self.user[idx], self.item[idx], self.rating[idx], self.n_users, self.n_items,
-                       self.rating_min, self.rating_max, name or self.name, self.user_ids, self.item_ids, self.item_features)
+        "The ratings at `idx` (indices or boolean mask), same matrix size, scale and id maps."
+        return replace(self, user=self.user[idx], item=self.item[idx], rating=self.rating[idx], name=name or self.name)
 
     def with_features(self, features: ItemFeatures | None) -> "Ratings":
         "The same ratings with `features` (one row per item code) attached, checked against n_items."
@@ -222,6 +225,7 @@ def _validate(r: Ratings) -> Ratings:
     for arr, nm, dt in ((r.user, "user", np.int32), (r.item, "item", np.int32), (r.rating, "rating", np.float32)):
         if arr.dtype != dt: raise ValueError(f"{where}: {nm}.dtype={arr.dtype} must be {np.dtype(dt)}")
     _check_range(r.rating_min, r.rating_max)
+    check_choice("scale_source", r.scale_source, SCALE_SOURCES)
     for arr, nm, size in ((r.user, "user", r.n_users), (r.item, "item", r.n_items)):
         lo, hi = int(arr.min()), int(arr.max())
         if lo < 0 or hi >= size: raise ValueError(f"{where}: {nm} codes span [{lo}, {hi}], outside [0, n_{nm}s={size})")

@@ -32,7 +32,7 @@ def reindex(r: Ratings,                 # the ratings to compact
     iids = ikeep.astype(np.int64) if r.item_ids is None else r.item_ids[ikeep]
     feats = None if r.item_features is None else r.item_features.take_items(ikeep)
     return Ratings(umap[r.user], imap[r.item], r.rating, len(ukeep), len(ikeep), r.rating_min, r.rating_max,
-                   name or r.name, uids, iids, feats)
+                   name or r.name, uids, iids, feats, r.scale_source)
 
 def _nonempty(r: Ratings, what: str) -> Ratings:
     if len(r) == 0: raise ValueError(f"{what} leaves no ratings")

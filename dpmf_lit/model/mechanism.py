@@ -510,8 +510,9 @@ def _fit_model(self: Mechanism, train: Ratings, valid, progress: bool, extra: di
     params = {k: v for k, v in ran.items() if not (k in self.applies and ran.get(self.applies[k][0]) not in self.applies[k][1])}
     privacy = out.privacy if isinstance(out.privacy, PrivacyReport) else out.privacy.report()   # one accountant composes the events
     counts = np.bincount(train.user, minlength=train.n_users) if privacy.private and privacy.unit == "rating" else None   # only a per-rating guarantee needs them
+    scale_read = (train.rating_min, train.rating_max) if train.scale_source == "data" else None   # not public: the scope says so
     privacy = fit_randomness(privacy, getattr(self, "seed", None), secret, counts,
-                             seeded="seed" in self.parameter_names())
+                             seeded="seed" in self.parameter_names(), scale_read=scale_read)
     f32 = lambda a: None if a is None else np.ascontiguousarray(a, np.float32)
     model = FittedModel(U=f32(out.U), V=f32(out.V), user_bias=f32(out.user_bias), item_bias=f32(out.item_bias),
                         mean=float(out.mean), rating_min=train.rating_min, rating_max=train.rating_max, privacy=privacy,

@@ -103,20 +103,21 @@ def dataset_identity(spec: str, settings: Settings) -> dict:
 
 # %% ../../nbs/92_experiment.ipynb #0268da76
 def dataset_kind(dataset: str, settings, format: str | None = None, options: dict | None = None) -> str:
-    "How `load_data` reads `dataset`: 'settings' (a name of settings.ini), 'file' or 'synthetic'; every argument checked, nothing read."
+    "How `load_data` reads `dataset`: 'settings' (a name of settings.ini), 'file' or 'synthetic'; every argument checked (a plain file's first line read), nothing loaded."
     from dpmf_lit import data
     options, spec = options or {}, dataset.strip() if isinstance(dataset, str) else dataset
-    if isinstance(spec, str) and spec.partition(":")[0].strip() != "synthetic" and spec not in settings.datasets \
-            and data.is_ratings_path(spec):
-        data.check_file(spec, format, **options); return "file"
+    if isinstance(spec, os.PathLike) or isinstance(spec, str) and spec.partition(":")[0].strip() != "synthetic" \
+            and spec not in settings.datasets and data.is_ratings_path(spec):
+        return data.check_dataset(spec, settings, format, **options)
     name, _ = parse_dataset_spec(dataset)
     if name != "synthetic" and name not in settings.datasets:
         raise ValueError(f"dataset={name!r} is unknown; known: {known_datasets(settings)}, or the path of a ratings file")
+    if name != "synthetic": return data.check_dataset(name, settings, format, **options)
     if format is not None: raise ValueError(f"format={format!r} is for a ratings file given by its path, not dataset={dataset!r}")
-    if name == "synthetic" and options:
+    if options:
         raise ValueError(f"{', '.join(f'{k}={v!r}' for k, v in options.items())}: a loader option, for a ratings file or a "
                          f"data set of settings.ini, not for the generated dataset={dataset!r}")
-    return "synthetic" if name == "synthetic" else "settings"
+    return "synthetic"
 
 def load_data(dataset: str, settings=None, format: str | None = None, options: dict | None = None,
               item_features: str | None = None, item_format: str | None = None):
@@ -126,9 +127,9 @@ def load_data(dataset: str, settings=None, format: str | None = None, options: d
     kind = dataset_kind(dataset, settings, format, options)
     if item_format is not None and item_features is None: raise ValueError("--item-format is the format of the --item-features file")
     items = None if item_features is None else data.read_items(item_features, item_format)   # a bad file stops here
-    if kind == "file": ratings = data.load_file(dataset.strip(), format, **options)
-    elif kind == "settings": ratings = data.load_dataset(dataset.strip(), settings=settings, item_features=items is None, **options)
-    else: ratings = load_ratings(dataset, settings=settings)
+    if kind == "synthetic": ratings = load_ratings(dataset, settings=settings)
+    else: ratings = data.load_dataset(dataset.strip() if isinstance(dataset, str) else dataset, settings=settings, format=format,
+                                      item_features=items is None, **options)      # one loader for names and files
     return ratings if items is None else data.attach_item_features(ratings, items)
 
 # %% ../../nbs/92_experiment.ipynb #e9e2a55f
