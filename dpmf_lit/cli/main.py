@@ -170,14 +170,15 @@ def fit_report(mechanism: str, dataset: str, params: dict | None = None, test_fr
     "Fit `mechanism` on a random split of `dataset` (a settings.ini name, a ratings file or `synthetic:...`); the dict `dpmf fit --json` prints."
     from dpmf_lit import data
     from dpmf_lit.model import mf
-    from dpmf_lit.model.mechanism import get_mechanism
+    from dpmf_lit.model.mechanism import get_mechanism, heartbeat
     test_fraction = check_fraction("test_fraction", test_fraction)
     params, options = dict(params or {}), {**(options or {}), **({} if on_duplicate is None else {"on_duplicate": on_duplicate})}
     cls = get_mechanism(mechanism)
     settings = settings or load_settings()
     dataset_kind(dataset, settings, format, options)
     model = cls(**params)                      # names an unknown parameter or a bad value, before any data is loaded
-    ratings = load_data(dataset, settings, format, options, item_features, item_format)
+    with heartbeat(f"loading {dataset}", progress):    # a large file takes a while: said on a terminal
+        ratings = load_data(dataset, settings, format, options, item_features, item_format)
     train, test = data.random_split(ratings, test_fraction=test_fraction, seed=seed)
     with numba_compile_seconds() as compiling: fitted = model.fit(train, progress=progress)
     metrics = mf.evaluate(fitted, test)
