@@ -91,6 +91,7 @@ def _print_compare(rec: dict, args, where: str, folder: Path | None = None) -> N
 def _compare_own(args, settings, profile: str) -> int:
     "A comparison other than the committed one: run here, written under build/compare/<name>/ (or --out), never into the committed record."
     from dpmf_lit.records.experiment import load_data
+    from dpmf_lit.model.mechanism import heartbeat
     from dpmf_lit.studies.compare import CONTENDERS, comparison_record, compare_epsilons, compare_users
     from dpmf_lit.studies.compare_figures import figure_epsilon, figure_slices, figure_users
     from dpmf_lit.core.checks import atomic_write
@@ -106,8 +107,9 @@ def _compare_own(args, settings, profile: str) -> int:
     dirty = (git_revision(settings.root, [package_dir()]) or "").endswith("-dirty")
     out = (_writable(Path(args.out), "--out") if args.out
            else _writable(settings.build_dir / "compare" / _own_name(args, profile, dirty), "the output folder"))
-    ratings = load_data(args.dataset.strip() if args.dataset else spec, settings, args.format, file_options(args) or None,
-                        args.item_features, args.item_format)
+    with heartbeat("loading the data", not args.no_progress and sys.stderr.isatty()):
+        ratings = load_data(args.dataset.strip() if args.dataset else spec, settings, args.format, file_options(args) or None,
+                            args.item_features, args.item_format)
     dask = None
     if args.dask:
         from dpmf_lit.batch.reproduce import connect_scheduler
