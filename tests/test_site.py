@@ -85,6 +85,36 @@ def test_make_docs_and_preview_use_the_site_module():
     assert "-m dpmf_lit.batch.site --readme" in text
 
 
+# --- the code under each formula ---
+
+def _paper_notebooks() -> list:
+    "Every paper notebook: the stored-output list and each mechanism card's notebook."
+    from dpmf_lit.batch.outputs import PAPER_NOTEBOOKS
+    from dpmf_lit.model.cards import notebooks
+    return sorted(set(PAPER_NOTEBOOKS) | set(notebooks()))
+
+
+def _cells(name: str) -> list:
+    return json.loads((ROOT / "nbs" / f"{name}.ipynb").read_text(encoding="utf-8"))["cells"]
+
+
+def _code(cell: dict) -> str:
+    "A code cell's source without its #| lines, as the site shows it."
+    return "\n".join(l for l in "".join(cell["source"]).splitlines() if not l.startswith("#|")).strip("\n")
+
+
+def test_paper_notebooks_show_the_code_under_each_formula():
+    """The code right under each formula is on the site: every formula cell (dpmf_lit.batch.site.formula_cells)
+    of every paper notebook is marked `#| exports`, not `#| export` (which shows only its show_doc)."""
+    names = _paper_notebooks()
+    assert {"03_hua_dpmf", "10_dpals", "11_compare", "12_audit"} <= set(names), names
+    found = {n: site.formula_cells(_cells(n)) for n in names}
+    assert len(found["10_dpals"]) >= 5 and len(found["03_hua_dpmf"]) >= 3, found        # the rule finds them
+    hidden = [f"{n} cell {_cells(n)[i]['id']}: {_code(_cells(n)[i]).splitlines()[0][:70]}"
+              for n, idx in found.items() for i in idx if not site.shows_source(_cells(n)[i])]
+    assert not hidden, "formula cells marked #| export (their source is not on the site; mark them #| exports):\n  " + "\n  ".join(hidden)
+
+
 # --- the offline preview ---
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ from pathlib import Path
 from ..core.checks import UserError, atomic_write
 
 # %% auto #0
-__all__ = ['README_NOTE', 'process_site', 'check_site', 'mathjax_dir', 'preview', 'find_chromium', 'browser_status', 'build_docs',
-           'readme_text', 'write_readme', 'ListEveryModule', 'main']
+__all__ = ['README_NOTE', 'process_site', 'check_site', 'formula_cells', 'shows_source', 'mathjax_dir', 'preview',
+           'find_chromium', 'browser_status', 'build_docs', 'readme_text', 'write_readme', 'ListEveryModule', 'main']
 
 # %% ../../nbs/94_site.ipynb #d2420a9a
 _BUILD_PARTS = ("_proc", "_docs", "_site", "pyproject.toml")
@@ -116,6 +116,35 @@ def check_site(proc: str | Path) -> list[str]:
                 if _is_external(target) or _resolves(nb_path.parent, target, addresses): continue
                 problems.append(f"{rel}: {'figure' if is_img else 'link'} {target!r} does not resolve")
     return problems
+
+# %% ../../nbs/94_site.ipynb #966fb815
+_DISPLAY_MATH = re.compile(r"\$\$|\\begin\{")
+_HEADING = re.compile(r"^#{1,6}\s", re.M)
+_EXPORTED = {"export", "exports", "exporti"}
+
+def _directives(cell: dict) -> dict:
+    from dpmf_lit.batch.outputs import directives
+    return directives("".join(cell.get("source") or ""))
+
+def formula_cells(cells: list) -> list[int]:
+    "Indices, in a notebook's `cells` (its JSON), of its formula cells: see above."
+    out, under_formula = [], False
+    for i, c in enumerate(cells):
+        if c["cell_type"] == "markdown":
+            text = "".join(c["source"])
+            if _HEADING.search(text): under_formula = False
+            if _DISPLAY_MATH.search(text): under_formula = True
+        elif c["cell_type"] == "code" and under_formula and _EXPORTED & _directives(c).keys():
+            out.append(i)
+            under_formula = False
+    return out
+
+# %% ../../nbs/94_site.ipynb #97fc851a
+def shows_source(cell: dict) -> bool:
+    "Whether the site shows code `cell`'s source: marked `#| exports`, or neither exported nor hidden."
+    d = _directives(cell)
+    if "hide" in d or d.get("echo", "").lower() == "false" or d.get("include", "").lower() == "false": return False
+    return "exports" in d or not d.keys() & {"export", "exporti", "default_exp"}
 
 # %% ../../nbs/94_site.ipynb #fa5f2b0b
 _MATHJAX = "tex-svg-full.js"
