@@ -13,7 +13,8 @@ from ..core.checks import UserError, atomic_write
 
 # %% auto #0
 __all__ = ['README_NOTE', 'process_site', 'check_site', 'formula_cells', 'shows_source', 'mathjax_dir', 'preview',
-           'find_chromium', 'browser_status', 'build_docs', 'readme_text', 'write_readme', 'ListEveryModule', 'main']
+           'find_chromium', 'browser_status', 'page_problems', 'build_docs', 'readme_text', 'write_readme',
+           'ListEveryModule', 'main']
 
 # %% ../../nbs/94_site.ipynb #d2420a9a
 _BUILD_PARTS = ("_proc", "_docs", "_site", "pyproject.toml")
@@ -169,13 +170,36 @@ window.MathJax = {
   startup: {pageReady: () => MathJax.startup.defaultPageReady().then(() => {
     previewStatus("math", document.querySelectorAll("mjx-container").length + " typeset");
     previewStatus("math-errors", document.querySelectorAll("[data-mjx-error]").length);
+    previewSettled();
   })}
 };
 window.addEventListener("load", () => {
   const imgs = Array.from(document.images), bad = imgs.filter(i => !(i.complete && i.naturalWidth > 0));
   previewStatus("images", (imgs.length - bad.length) + "/" + imgs.length);
   previewStatus("broken-images", bad.map(i => (i.getAttribute("src") || "").slice(0, 100)).join(" "));
+  previewSettled();
 });
+let previewWaiting = 2;   // the page's load and MathJax's typesetting, both change the layout
+function previewSettled() { if (--previewWaiting === 0) previewLayout(); }
+function previewLayout() {
+  const main = document.querySelector("div.preview-main") || document.body, room = main.clientWidth;
+  const px = el => Math.round(el.getBoundingClientRect().width);
+  const where = el => { const cell = el.closest(".jp-Cell"); return (cell ? cell.id + " " : "") + el.tagName.toLowerCase()
+    + (el.classList.length ? "." + Array.from(el.classList).join(".") : "") + " " + el.scrollWidth + ">" + el.clientWidth + "px"; };
+  const figures = Array.from(main.querySelectorAll("img")).filter(i => i.complete && i.naturalWidth > 0);
+  const narrow = figures.filter(i => {
+    const row = Array.from((i.closest("tr") || main).querySelectorAll("img")).filter(j => j.closest("tr") === i.closest("tr"));
+    return px(i) < 0.4 * Math.min(i.naturalWidth, room) || px(i) < 0.9 * Math.max(...row.map(px));
+  });
+  previewStatus("narrow-images", narrow.map(i => (i.getAttribute("src") || "").slice(0, 100) + " " + px(i) + "px").join(" "));
+  const spilling = [main, ...main.querySelectorAll("*")].filter(el => el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1
+    && getComputedStyle(el).overflowX === "visible");
+  previewStatus("spilling", spilling.length + (spilling.length ? ": " + spilling.slice(0, 4).map(where).join("; ") : ""));
+  const breaking = Array.from(main.querySelectorAll(".jp-OutputArea-output pre")).filter(p => {
+    const s = getComputedStyle(p); return s.wordBreak !== "normal" || s.overflowWrap !== "normal"; });
+  previewStatus("breaking-outputs", breaking.length + (breaking.length ? ": " + breaking.slice(0, 4).map(where).join("; ") : ""));
+  previewStatus("layout", window.innerWidth + "px");
+}
 </script>
 <script src="@UP@_static/mathjax/tex-svg-full.js" defer></script>
 <style>
@@ -299,27 +323,46 @@ def find_chromium() -> str | None:
     "Path of a Chromium (or Chrome) executable on PATH, or None."
     return next((p for p in map(shutil.which, _BROWSERS) if p), None)
 
+_VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+_BLOCKS = (("jp-InputArea-editor", "code"), ("jp-RenderedText", "text"), ("jp-RenderedMarkdown", "markdown"))
+
 class _DomReport(HTMLParser):
-    "The `data-preview-*` attributes of `<html>`, and the visible text outside code, scripts and typeset math."
+    """The `data-preview-*` attributes of `<html>`; the visible text outside code, scripts and typeset math; the text
+    of each `<pre>` by kind (`code`: a cell's source, `text`: a stream or plain-text output, `markdown`: a code block
+    of a markdown cell or output, such as a `show_doc` signature); and how many tables there are."""
     _SKIP = {"head", "script", "style", "pre", "code", "svg", "mjx-container"}
     def __init__(self):
         super().__init__()
-        self.status, self.text, self._depth = {}, [], 0
+        self.status, self.text, self.blocks, self.tables, self._depth, self._open, self._pre = {}, [], [], 0, 0, [], None
     def handle_starttag(self, tag, attrs):
         if tag == "html": self.status = {k[len("data-preview-"):]: v or "" for k, v in attrs if k.startswith("data-preview-")}
         if tag in self._SKIP: self._depth += 1
+        if tag == "table": self.tables += 1
+        if tag in _VOID: return
+        classes = (dict(attrs).get("class") or "").split()
+        self._open.append((tag, next((kind for c, kind in _BLOCKS if c in classes), None)))
+        if tag == "pre" and self._pre is None:
+            self._pre = [next((kind for _, kind in reversed(self._open) if kind), "other"), len(self._open), []]
     def handle_endtag(self, tag):
         if tag in self._SKIP and self._depth: self._depth -= 1
+        if tag in _VOID or tag not in {t for t, _ in self._open}: return
+        while self._open and self._open.pop()[0] != tag: pass
+        if self._pre is not None and len(self._open) < self._pre[1]:
+            self.blocks.append((self._pre[0], "".join(self._pre[2])))
+            self._pre = None
     def handle_data(self, data):
         if not self._depth: self.text.append(data)
+        if self._pre is not None: self._pre[2].append(data)
 
 # %% ../../nbs/94_site.ipynb #cafa9859
 def browser_status(page: str | Path,  # an HTML page of the preview
                    budget_ms: int = 10_000,  # virtual time the page gets to load and typeset
                    timeout: float = 120,  # seconds of real time before the browser is given up on
+                   width: int = 1280,  # the window's width in pixels, which the layout is measured at
                    ) -> dict:
-    """Open `page` in headless Chromium; return what it reported (`math`, `math-errors`, `images`,
-    `broken-images`; absent when its script did not run) and its visible `text`."""
+    """Open `page` in headless Chromium; return what it reported (`math`, `math-errors`, `images`, `broken-images`,
+    `layout`, `narrow-images`, `spilling`, `breaking-outputs`; absent when its script did not run), its visible
+    `text`, its `blocks` ((kind, text) of each `<pre>`) and its number of `tables`."""
     exe = find_chromium()
     if exe is None: raise UserError("no Chromium found on PATH (on Debian: apt-get install chromium)")
     page = Path(page).resolve()
@@ -327,12 +370,41 @@ def browser_status(page: str | Path,  # an HTML page of the preview
     with tempfile.TemporaryDirectory() as profile:
         cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-               f"--virtual-time-budget={budget_ms}", "--dump-dom", page.as_uri()]
+               f"--window-size={width},2000", f"--virtual-time-budget={budget_ms}", "--dump-dom", page.as_uri()]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0: raise RuntimeError(f"{exe} exited with {done.returncode}: {done.stderr.strip()[-500:]}")
     report = _DomReport()
     report.feed(done.stdout)
-    return {**report.status, "text": " ".join(report.text)}
+    return {**report.status, "text": " ".join(report.text), "blocks": report.blocks, "tables": report.tables}
+
+# %% ../../nbs/94_site.ipynb #4369aa9c
+_RAW_TEX = re.compile(r".{0,40}(?:\$\$|\$\\[a-zA-Z]+|\\(?:frac|mathbb|varepsilon)\b).{0,40}")
+_TABLE_RULE = re.compile(r"\|\s*:?-{3,}:?\s*\|")              # `|---|` or `| --- |`: the rule under a markdown table's header
+_QUOTED_ANNOTATION = re.compile(r"[\w)\]](?::|->)[\"']")      # `unit:"Unit('user')"`, `->'Foo'`: as nbdev writes a signature
+
+def _words(s: str) -> str: return " ".join(s.split())
+
+def page_problems(seen: dict,  # what `browser_status` read back from one page
+                  code=(),  # lines that must be in the page's code blocks
+                  ) -> list[str]:
+    "What is wrong with a page of the preview (an empty list when nothing is)."
+    if "math" not in seen: return ["its script did not run (no status)"]
+    problems = [f"{seen['math-errors']} formulas MathJax could not parse"] if seen["math-errors"] != "0" else []
+    loaded, total = map(int, seen["images"].split("/"))
+    if loaded != total: problems.append(f"figures that did not load: {seen['broken-images']}")
+    if raw := _RAW_TEX.findall(seen["text"]): problems.append(f"raw TeX in the rendered text: {raw[:3]}")
+    for key, what in (("squeezed-images", "figures squeezed below their share of the row"),
+                      ("overflowing", "content that runs past its box (neither scrolled nor wrapped)"),
+                      ("breaking-outputs", "text outputs that break lines inside words"), ("prompts", "prompts shown")):
+        if seen[key]: problems.append(f"{what}: {seen[key]}")
+    if tables := [t for t in seen["text-output"] + [seen["text"]] if _TABLE_RULE.search(t)]:
+        problems.append(f"a markdown table shown as text, not as a table: {tables[0].strip()[:80]!r}")
+    sigs = [l.split(" # ")[0] for s in seen["markdown-output"] for l in s.splitlines()]
+    if quoted := [l.strip() for l in sigs if _QUOTED_ANNOTATION.search(l)]: problems.append(f"annotations shown as strings: {quoted[:3]}")
+    blocks = [_words(b) for b in seen["code"]]
+    if missing := [c for c in code if not any(_words(c) in b for b in blocks)]:
+        problems.append(f"formula code not on the page: {missing}")
+    return problems
 
 # %% ../../nbs/94_site.ipynb #1099a122
 def build_docs(force: bool = False,  # reprocess every notebook
