@@ -12,8 +12,8 @@ from pathlib import Path
 from ..core.checks import UserError, atomic_write
 
 # %% auto #0
-__all__ = ['README_NOTE', 'process_site', 'check_site', 'formula_cells', 'shows_source', 'mathjax_dir', 'preview',
-           'find_chromium', 'browser_status', 'page_problems', 'build_docs', 'readme_text', 'write_readme',
+__all__ = ['README_NOTE', 'process_site', 'show_doc_renderer', 'check_site', 'formula_cells', 'shows_source', 'mathjax_dir',
+           'preview', 'find_chromium', 'browser_status', 'page_problems', 'build_docs', 'readme_text', 'write_readme',
            'ListEveryModule', 'main']
 
 # %% ../../nbs/94_site.ipynb #d2420a9a
@@ -59,6 +59,19 @@ def process_site(force: bool = False,  # reprocess every notebook, not only the 
     figures = cfg.config_path / "figures"
     if figures.is_dir(): shutil.copytree(figures, proc / "figures", dirs_exist_ok=True)
     return proc
+
+# %% ../../nbs/94_site.ipynb #5751c70d
+class _AsWritten(str):
+    "An annotation's text that formats as itself (`inspect.formatannotation` shows a string as its repr, quotes and all)."
+    def __repr__(self): return str(self)
+
+def show_doc_renderer(sym, name: str | None = None, title_level: int = 3):
+    "nbdev's `show_doc` renderer, every string annotation shown as written (`renderer` in `pyproject.toml`)."
+    from nbdev.showdoc import BasicMarkdownRenderer
+    shown = BasicMarkdownRenderer(sym, name=name, title_level=title_level)
+    for p in getattr(shown.dm, "dm", {}).values():
+        if isinstance(p.get("anno"), str): p["anno"] = _AsWritten(p["anno"])
+    return shown
 
 # %% ../../nbs/94_site.ipynb #77f7c677
 _MD_LINK = re.compile(r"(!?)\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
@@ -212,8 +225,12 @@ nav.preview-sidebar a {text-decoration: none; color: #2469b3}
 nav.preview-sidebar li.current a {font-weight: 600; color: #111}
 nav.preview-sidebar a.site-title {display: block; font-size: 1.25rem; font-weight: 700; color: #111; margin-bottom: .8rem}
 div.preview-main {margin-left: 16rem}
-header.preview-title {padding: 1rem 0 0 calc(var(--jp-cell-prompt-width, 64px) + 20px)}
+header.preview-title {padding: 1rem 0 0 calc(var(--jp-cell-collapser-width, 8px) + 20px)}
 header.preview-title h1 {margin: 0 0 .3rem} header.preview-title p {margin: 0; color: #555; max-width: 50rem}
+.jp-RenderedHTMLCommon table:has(img) {table-layout: fixed; width: 100%}
+.jp-RenderedHTMLCommon table:has(img) img {width: 100%; height: auto}
+.jp-OutputArea-output pre {white-space: pre-wrap; word-break: normal; overflow-wrap: normal; overflow-x: auto}
+.cm-editor.cm-s-jupyter .highlight pre, .jp-RenderedHTMLCommon pre {overflow-x: auto}
 </style>
 """
 
@@ -302,7 +319,7 @@ def preview(out_dir: str | Path = "site-preview",  # folder the pages are writte
     site = {p: _page(proc, p) for p in pages}
     names = {p: pg["html"] for p, pg in site.items()}
     listing = [(pg["html"], pg["title"]) for pg in site.values()]
-    out, exporter, title = Path(out_dir), HTMLExporter(template_name="lab"), _site_title(proc)
+    out, exporter, title = Path(out_dir), HTMLExporter(template_name="lab", exclude_input_prompt=True, exclude_output_prompt=True), _site_title(proc)
     for page, pg in site.items():
         body, _ = exporter.from_notebook_node(pg["nb"])
         up = "../" * pg["html"].count("/")
