@@ -192,26 +192,36 @@ window.addEventListener("load", () => {
   previewStatus("broken-images", bad.map(i => (i.getAttribute("src") || "").slice(0, 100)).join(" "));
   previewSettled();
 });
-let previewWaiting = 2;   // the page's load and MathJax's typesetting, both change the layout
+let previewWaiting = 2;   // the page's load and MathJax's typesetting both change the layout: it is measured after both
 function previewSettled() { if (--previewWaiting === 0) previewLayout(); }
+function describe(e) {
+  const cell = e.closest(".jp-Cell");
+  return (cell ? cell.id + " " : "") + e.tagName.toLowerCase() + " " + (e.getAttribute("src") || e.textContent).trim().slice(0, 60);
+}
+function block(e) { while (e.parentElement && getComputedStyle(e).display.startsWith("inline")) e = e.parentElement; return e; }
+function squeezed(img) {     // narrower than 80 % of its share of the row, or of its natural width where that is less
+  const cell = img.closest("td, th"), table = cell && cell.closest("table");
+  const room = cell ? block(table.parentElement).clientWidth / cell.parentElement.cells.length : block(img.parentElement).clientWidth;
+  return img.naturalWidth > 0 && img.getBoundingClientRect().width < 0.8 * Math.min(img.naturalWidth, room);
+}
+function overflows(e, main) { // runs past the column, or holds content wider than itself that it neither scrolls nor wraps
+  for (let a = e.parentElement; a && a !== main; a = a.parentElement)
+    if (/auto|scroll/.test(getComputedStyle(a).overflowX)) return false;     // inside a box that scrolls
+  if (e.scrollWidth > e.clientWidth + 1 && !/auto|scroll/.test(getComputedStyle(e).overflowX)) return true;
+  return e.getBoundingClientRect().right > main.getBoundingClientRect().right + 1;
+}
+function breaksWords(pre) {  // text that wraps and may break inside a word
+  const s = getComputedStyle(pre);
+  return !/^(pre|nowrap)$/.test(s.whiteSpace) && (/break-all|break-word/.test(s.wordBreak) || /anywhere|break-word/.test(s.overflowWrap));
+}
 function previewLayout() {
-  const main = document.querySelector("div.preview-main") || document.body, room = main.clientWidth;
-  const px = el => Math.round(el.getBoundingClientRect().width);
-  const where = el => { const cell = el.closest(".jp-Cell"); return (cell ? cell.id + " " : "") + el.tagName.toLowerCase()
-    + (el.classList.length ? "." + Array.from(el.classList).join(".") : "") + " " + el.scrollWidth + ">" + el.clientWidth + "px"; };
-  const figures = Array.from(main.querySelectorAll("img")).filter(i => i.complete && i.naturalWidth > 0);
-  const narrow = figures.filter(i => {
-    const row = Array.from((i.closest("tr") || main).querySelectorAll("img")).filter(j => j.closest("tr") === i.closest("tr"));
-    return px(i) < 0.4 * Math.min(i.naturalWidth, room) || px(i) < 0.9 * Math.max(...row.map(px));
-  });
-  previewStatus("narrow-images", narrow.map(i => (i.getAttribute("src") || "").slice(0, 100) + " " + px(i) + "px").join(" "));
-  const spilling = [main, ...main.querySelectorAll("*")].filter(el => el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1
-    && getComputedStyle(el).overflowX === "visible");
-  previewStatus("spilling", spilling.length + (spilling.length ? ": " + spilling.slice(0, 4).map(where).join("; ") : ""));
-  const breaking = Array.from(main.querySelectorAll(".jp-OutputArea-output pre")).filter(p => {
-    const s = getComputedStyle(p); return s.wordBreak !== "normal" || s.overflowWrap !== "normal"; });
-  previewStatus("breaking-outputs", breaking.length + (breaking.length ? ": " + breaking.slice(0, 4).map(where).join("; ") : ""));
-  previewStatus("layout", window.innerWidth + "px");
+  const main = document.querySelector("div.preview-main") || document.body, all = s => Array.from(main.querySelectorAll(s));
+  const list = (key, found) => previewStatus(key, JSON.stringify(found.slice(0, 10)));
+  list("squeezed-images", all("img").filter(squeezed).map(i => describe(i) + " at " + Math.round(i.getBoundingClientRect().width) + " px"));
+  list("overflowing", all("pre, table, img").filter(e => overflows(e, main)).map(describe));
+  list("breaking-outputs", all(".jp-OutputArea-output pre").filter(breaksWords).map(describe));
+  list("prompts", all(".jp-InputPrompt, .jp-OutputPrompt").map(p => p.textContent.trim()).filter(t => /^(In|Out)\s*\[/.test(t)));
+  previewStatus("layout", window.innerWidth + " px");
 }
 </script>
 <script src="@UP@_static/mathjax/tex-svg-full.js" defer></script>
@@ -335,41 +345,45 @@ def preview(out_dir: str | Path = "site-preview",  # folder the pages are writte
 
 # %% ../../nbs/94_site.ipynb #02aa79f1
 _BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+_LISTS = ("squeezed-images", "overflowing", "breaking-outputs", "prompts")   # what the page reports as JSON lists
+_BLOCKS = ("code", "markdown-output", "text-output", "prose")
 
 def find_chromium() -> str | None:
     "Path of a Chromium (or Chrome) executable on PATH, or None."
     return next((p for p in map(shutil.which, _BROWSERS) if p), None)
 
-_VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
-_BLOCKS = (("jp-InputArea-editor", "code"), ("jp-RenderedText", "text"), ("jp-RenderedMarkdown", "markdown"))
-
 class _DomReport(HTMLParser):
-    """The `data-preview-*` attributes of `<html>`; the visible text outside code, scripts and typeset math; the text
-    of each `<pre>` by kind (`code`: a cell's source, `text`: a stream or plain-text output, `markdown`: a code block
-    of a markdown cell or output, such as a `show_doc` signature); and how many tables there are."""
+    """The `data-preview-*` attributes of `<html>`, the visible text outside code, scripts and typeset math, the text
+    of each `<pre>` by where it stands (`_BLOCKS`), and how many tables there are."""
     _SKIP = {"head", "script", "style", "pre", "code", "svg", "mjx-container"}
+    _VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
     def __init__(self):
         super().__init__()
-        self.status, self.text, self.blocks, self.tables, self._depth, self._open, self._pre = {}, [], [], 0, 0, [], None
+        self.status, self.text, self._depth = {}, [], 0
+        self.blocks, self.tables, self._open, self._pre = {k: [] for k in _BLOCKS}, 0, [], None
+    def _where(self) -> str:
+        "Where a `<pre>` opened now stands: a cell's source, a displayed markdown (a `show_doc` signature), a text output, or prose."
+        for _, cls, mime in reversed(self._open):
+            if "jp-InputArea-editor" in cls: return "code"
+            if "jp-OutputArea-output" in cls: return "markdown-output" if mime == "text/markdown" else "text-output"
+        return "prose"
     def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
         if tag == "html": self.status = {k[len("data-preview-"):]: v or "" for k, v in attrs if k.startswith("data-preview-")}
         if tag in self._SKIP: self._depth += 1
         if tag == "table": self.tables += 1
-        if tag in _VOID: return
-        classes = (dict(attrs).get("class") or "").split()
-        self._open.append((tag, next((kind for c, kind in _BLOCKS if c in classes), None)))
-        if tag == "pre" and self._pre is None:
-            self._pre = [next((kind for _, kind in reversed(self._open) if kind), "other"), len(self._open), []]
+        if tag == "pre" and self._pre is None: self._pre = (self._where(), [])
+        if tag not in self._VOID: self._open.append((tag, (a.get("class") or "").split(), a.get("data-mime-type")))
     def handle_endtag(self, tag):
         if tag in self._SKIP and self._depth: self._depth -= 1
-        if tag in _VOID or tag not in {t for t, _ in self._open}: return
-        while self._open and self._open.pop()[0] != tag: pass
-        if self._pre is not None and len(self._open) < self._pre[1]:
-            self.blocks.append((self._pre[0], "".join(self._pre[2])))
+        if tag == "pre" and self._pre is not None:
+            self.blocks[self._pre[0]].append("".join(self._pre[1]))
             self._pre = None
+        if tag in self._VOID or tag not in (t for t, _, _ in self._open): return
+        while self._open.pop()[0] != tag: pass
     def handle_data(self, data):
+        if self._pre is not None: self._pre[1].append(data)
         if not self._depth: self.text.append(data)
-        if self._pre is not None: self._pre[2].append(data)
 
 # %% ../../nbs/94_site.ipynb #cafa9859
 def browser_status(page: str | Path,  # an HTML page of the preview
@@ -377,9 +391,10 @@ def browser_status(page: str | Path,  # an HTML page of the preview
                    timeout: float = 120,  # seconds of real time before the browser is given up on
                    width: int = 1280,  # the window's width in pixels, which the layout is measured at
                    ) -> dict:
-    """Open `page` in headless Chromium; return what it reported (`math`, `math-errors`, `images`, `broken-images`,
-    `layout`, `narrow-images`, `spilling`, `breaking-outputs`; absent when its script did not run), its visible
-    `text`, its `blocks` ((kind, text) of each `<pre>`) and its number of `tables`."""
+    """Open `page` in headless Chromium, `width` pixels wide; return what it reported (`math`, `math-errors`,
+    `images`, `broken-images`, `layout`, and the lists `squeezed-images`, `overflowing`, `breaking-outputs`,
+    `prompts`; absent when its script did not run), its visible `text`, the text of its `<pre>` blocks by where they
+    stand (`code`, `markdown-output`, `text-output`, `prose`) and its number of `tables`."""
     exe = find_chromium()
     if exe is None: raise UserError("no Chromium found on PATH (on Debian: apt-get install chromium)")
     page = Path(page).resolve()
@@ -392,7 +407,8 @@ def browser_status(page: str | Path,  # an HTML page of the preview
     if done.returncode != 0: raise RuntimeError(f"{exe} exited with {done.returncode}: {done.stderr.strip()[-500:]}")
     report = _DomReport()
     report.feed(done.stdout)
-    return {**report.status, "text": " ".join(report.text), "blocks": report.blocks, "tables": report.tables}
+    status = {k: json.loads(v or "[]") if k in _LISTS else v for k, v in report.status.items()}
+    return {**status, "text": " ".join(report.text), **report.blocks, "tables": report.tables}
 
 # %% ../../nbs/94_site.ipynb #4369aa9c
 _RAW_TEX = re.compile(r".{0,40}(?:\$\$|\$\\[a-zA-Z]+|\\(?:frac|mathbb|varepsilon)\b).{0,40}")
@@ -410,6 +426,7 @@ def page_problems(seen: dict,  # what `browser_status` read back from one page
     loaded, total = map(int, seen["images"].split("/"))
     if loaded != total: problems.append(f"figures that did not load: {seen['broken-images']}")
     if raw := _RAW_TEX.findall(seen["text"]): problems.append(f"raw TeX in the rendered text: {raw[:3]}")
+    if "layout" not in seen: return problems + ["the layout was not measured (the page's script stopped)"]
     for key, what in (("squeezed-images", "figures squeezed below their share of the row"),
                       ("overflowing", "content that runs past its box (neither scrolled nor wrapped)"),
                       ("breaking-outputs", "text outputs that break lines inside words"), ("prompts", "prompts shown")):
