@@ -1,7 +1,9 @@
 """The documentation site: processing works wherever the clone lives (also under a dot folder),
 every page, link and figure resolves, `make docs` never tries to install Quarto, the offline
-preview typesets math with a local MathJax and loads every figure in headless Chromium, README.md
-is generated from nbs/index.ipynb, and every module is listed in the package docs."""
+preview reads well in headless Chromium (math typeset, figures loaded and not squeezed, nothing past
+its box, no prompts, tables as tables, signatures as written, the code under each formula), the
+result tables are displayed, not printed, README.md is generated from nbs/index.ipynb, and every
+module is listed in the package docs."""
 import json, os, pkgutil, re, shutil, subprocess, sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
