@@ -1,7 +1,9 @@
 """The documentation site: processing works wherever the clone lives (also under a dot folder),
 every page, link and figure resolves, `make docs` never tries to install Quarto, the offline
-preview typesets math with a local MathJax and loads every figure in headless Chromium, README.md
-is generated from nbs/index.ipynb, and every module is listed in the package docs."""
+preview reads well in headless Chromium (math typeset, figures loaded and not squeezed, nothing past
+its box, no prompts, tables as tables, signatures as written, the code under each formula), the
+result tables are displayed, not printed, README.md is generated from nbs/index.ipynb, and every
+module is listed in the package docs."""
 import json, os, pkgutil, re, shutil, subprocess, sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -85,6 +87,89 @@ def test_make_docs_and_preview_use_the_site_module():
     assert "-m dpmf_lit.batch.site --readme" in text
 
 
+# --- the code under each formula ---
+
+def _paper_notebooks() -> list:
+    "Every paper notebook: the stored-output list and each mechanism card's notebook."
+    from dpmf_lit.batch.outputs import PAPER_NOTEBOOKS
+    from dpmf_lit.model.cards import notebooks
+    return sorted(set(PAPER_NOTEBOOKS) | set(notebooks()))
+
+
+def _cells(name: str) -> list:
+    return json.loads((ROOT / "nbs" / f"{name}.ipynb").read_text(encoding="utf-8"))["cells"]
+
+
+def _code(cell: dict) -> str:
+    "A code cell's source without its #| lines, as the site shows it."
+    return "\n".join(l for l in "".join(cell["source"]).splitlines() if not l.startswith("#|")).strip("\n")
+
+
+def test_paper_notebooks_show_the_code_under_each_formula():
+    """The code right under each formula is on the site: every formula cell (dpmf_lit.batch.site.formula_cells)
+    of every paper notebook is marked `#| exports`, not `#| export` (which shows only its show_doc)."""
+    names = _paper_notebooks()
+    assert {"03_hua_dpmf", "10_dpals", "11_compare", "12_audit"} <= set(names), names
+    found = {n: site.formula_cells(_cells(n)) for n in names}
+    assert len(found["10_dpals"]) >= 5 and len(found["03_hua_dpmf"]) >= 3, found        # the rule finds them
+    hidden = [f"{n} cell {_cells(n)[i]['id']}: {_code(_cells(n)[i]).splitlines()[0][:70]}"
+              for n, idx in found.items() for i in idx if not site.shows_source(_cells(n)[i])]
+    assert not hidden, "formula cells marked #| export (their source is not on the site; mark them #| exports):\n  " + "\n  ".join(hidden)
+
+
+# --- result tables and signatures ---
+
+def _section_outputs(name: str, first: str, last: str | None = None) -> list:
+    """The outputs of notebook `name`'s code cells from its heading starting `first` to the one starting `last` (or the
+    end), run in an IPython shell after the notebook's exported and hidden cells (its imports and definitions)."""
+    from execnb.shell import CaptureShell
+    from dpmf_lit.batch.outputs import directives
+    cells = _cells(name)
+    heads = [i for i, c in enumerate(cells) if c["cell_type"] == "markdown" and "".join(c["source"]).startswith(first)]
+    ends = [i for i, c in enumerate(cells) if last and c["cell_type"] == "markdown" and "".join(c["source"]).startswith(last)]
+    a, b = heads[0], (ends or [len(cells)])[0]
+    marked = lambda c: {"export", "exports", "exporti", "hide"} & directives("".join(c["source"])).keys()
+    setup = [c for c in cells[:a] if c["cell_type"] == "code" and marked(c)]
+    shell, outputs = CaptureShell(), []
+    for i, c in enumerate(setup + [c for c in cells[a:b] if c["cell_type"] == "code"]):
+        out = shell.run("".join(c["source"]))
+        assert shell.exc is None, f"{name}: {''.join(c['source'])[:200]}\n{shell.exc!r}"
+        if i >= len(setup): outputs += out
+    return outputs
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name, first, last, n_tables", [("11_compare", "## 8", None, 5),
+                                                         ("13_public_features", "## 6", "## References", 3)])
+def test_result_tables_are_displayed_as_tables(name, first, last, n_tables, monkeypatch):
+    """The result tables are displayed markdown, which GitHub, Quarto and the preview render as tables; printed, a
+    markdown table is a monospaced block of pipes and dashes. (The stored outputs follow at the next `make outputs`.)"""
+    monkeypatch.chdir(ROOT / "nbs")
+    outputs = _section_outputs(name, first, last)
+    text = ["".join(o.get("text", "")) for o in outputs if o["output_type"] == "stream"]
+    text += ["".join(o["data"]["text/plain"]) for o in outputs if set(o.get("data", {})) == {"text/plain"}]
+    printed = [t for t in text if site._TABLE_RULE.search(t)]
+    assert not printed, f"{name}: markdown tables printed as text (display them: display(Markdown(...))):\n" + printed[0][:300]
+    shown = ["".join(o["data"]["text/markdown"]) for o in outputs if "text/markdown" in o.get("data", {})]
+    assert sum(bool(site._TABLE_RULE.search(m)) for m in shown) == n_tables, shown
+
+
+def test_signatures_show_annotations_as_written(monkeypatch):
+    """show_doc, as the site runs it (`renderer` in pyproject.toml), shows each annotation as written. Our modules say
+    `from __future__ import annotations`, and nbdev's own renderer shows a string annotation holding a quote as a
+    quoted string: `unit:"Unit('rating')"='rating'`."""
+    import nbdev.config
+    from nbdev.showdoc import show_doc
+    from dpmf_lit.papers.pdp import DPPMF
+    monkeypatch.chdir(ROOT)
+    assert nbdev.config.get_config().get("renderer") == "dpmf_lit.batch.site.show_doc_renderer"
+    md = show_doc(DPPMF)._repr_markdown_()
+    signature = md[md.index("```python"):].split("```")[1]
+    assert "unit:Unit('rating')='rating'," in signature, signature
+    quoted = [l for l in signature.splitlines() if site._QUOTED_ANNOTATION.search(l.split(" # ")[0])]
+    assert not quoted, quoted
+
+
 # --- the offline preview ---
 
 @pytest.fixture(scope="module")
@@ -131,25 +216,32 @@ def _chromium_or_skip():
         pytest.skip("no Chromium on PATH, so the preview cannot be opened in a browser (on Debian: apt-get install chromium)")
 
 
+def formula_code(proc: Path) -> dict:
+    "The first code line of each formula cell of every paper notebook, by the notebook's preview page."
+    code = {site._page(proc, f"{n}.ipynb")["html"]: [_code(_cells(n)[i]).splitlines()[0] for i in site.formula_cells(_cells(n))]
+            for n in _paper_notebooks()}
+    return {page: lines for page, lines in code.items() if lines}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_preview_typesets_math_and_loads_every_figure_in_a_browser(preview_dir):
+def test_preview_typesets_math_and_loads_every_figure_in_a_browser(preview_dir, proc):
+    """Every page in a browser 1280 pixels wide (`site.page_problems`): math typeset, figures loaded and not squeezed,
+    no content past its box, text outputs that break lines only between words, no prompts, every table a table,
+    signatures without quoted annotations, and on each paper's page the code of each of its formula cells."""
     _chromium_or_skip()
     pages = sorted(preview_dir.rglob("*.html"))
+    formulas = formula_code(proc)
+    assert len(formulas["dpals.html"]) >= 5 and sum(map(len, formulas.values())) >= 30, formulas
     with ThreadPoolExecutor(2) as pool:
         seen = dict(zip(pages, pool.map(site.browser_status, pages)))
-    problems = []
-    for page, s in seen.items():
-        name = page.relative_to(preview_dir).as_posix()
-        if "math" not in s: problems.append(f"{name}: MathJax did not run (no status)"); continue
-        if s["math-errors"] != "0": problems.append(f"{name}: {s['math-errors']} formulas MathJax could not parse")
-        loaded, total = map(int, s["images"].split("/"))
-        if loaded != total: problems.append(f"{name}: figures that did not load: {s['broken-images']}")
-        raw = re.findall(r".{0,40}(?:\$\$|\$\\[a-zA-Z]+|\\(?:frac|mathbb|varepsilon)\b).{0,40}", s["text"])
-        if raw: problems.append(f"{name}: raw TeX in the rendered text: {raw[:3]}")
+    names = {page: page.relative_to(preview_dir).as_posix() for page in pages}
+    problems = [f"{names[page]}: {p}" for page, s in seen.items() for p in site.page_problems(s, formulas.get(names[page], ()))]
     assert not problems, "\n".join(problems)
     hua = seen[preview_dir / "hua_dpmf.html"]
     assert int(hua["math"].split()[0]) > 100 and int(hua["images"].split("/")[1]) >= 1, hua
+    assert any("def user_step(" in b for b in seen[preview_dir / "dpals.html"]["code"])        # the check reads code blocks
+    assert seen[preview_dir / "compare.html"]["tables"] >= 5 and seen[preview_dir / "index.html"]["images"] == "18/18"
 
 
 # --- README and the package's list of modules ---

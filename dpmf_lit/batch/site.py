@@ -12,8 +12,9 @@ from pathlib import Path
 from ..core.checks import UserError, atomic_write
 
 # %% auto #0
-__all__ = ['README_NOTE', 'process_site', 'check_site', 'mathjax_dir', 'preview', 'find_chromium', 'browser_status', 'build_docs',
-           'readme_text', 'write_readme', 'ListEveryModule', 'main']
+__all__ = ['README_NOTE', 'process_site', 'show_doc_renderer', 'check_site', 'formula_cells', 'shows_source', 'mathjax_dir',
+           'preview', 'find_chromium', 'browser_status', 'page_problems', 'build_docs', 'readme_text', 'write_readme',
+           'ListEveryModule', 'main']
 
 # %% ../../nbs/94_site.ipynb #d2420a9a
 _BUILD_PARTS = ("_proc", "_docs", "_site", "pyproject.toml")
@@ -58,6 +59,19 @@ def process_site(force: bool = False,  # reprocess every notebook, not only the 
     figures = cfg.config_path / "figures"
     if figures.is_dir(): shutil.copytree(figures, proc / "figures", dirs_exist_ok=True)
     return proc
+
+# %% ../../nbs/94_site.ipynb #5751c70d
+class _AsWritten(str):
+    "An annotation's text that formats as itself (`inspect.formatannotation` shows a string as its repr, quotes and all)."
+    def __repr__(self): return str(self)
+
+def show_doc_renderer(sym, name: str | None = None, title_level: int = 3):
+    "nbdev's `show_doc` renderer, every string annotation shown as written (`renderer` in `pyproject.toml`)."
+    from nbdev.showdoc import BasicMarkdownRenderer
+    shown = BasicMarkdownRenderer(sym, name=name, title_level=title_level)
+    for p in getattr(shown.dm, "dm", {}).values():
+        if isinstance(p.get("anno"), str): p["anno"] = _AsWritten(p["anno"])
+    return shown
 
 # %% ../../nbs/94_site.ipynb #77f7c677
 _MD_LINK = re.compile(r"(!?)\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
@@ -117,6 +131,35 @@ def check_site(proc: str | Path) -> list[str]:
                 problems.append(f"{rel}: {'figure' if is_img else 'link'} {target!r} does not resolve")
     return problems
 
+# %% ../../nbs/94_site.ipynb #966fb815
+_DISPLAY_MATH = re.compile(r"\$\$|\\begin\{")
+_HEADING = re.compile(r"^#{1,6}\s", re.M)
+_EXPORTED = {"export", "exports", "exporti"}
+
+def _directives(cell: dict) -> dict:
+    from dpmf_lit.batch.outputs import directives
+    return directives("".join(cell.get("source") or ""))
+
+def formula_cells(cells: list) -> list[int]:
+    "Indices, in a notebook's `cells` (its JSON), of its formula cells: see above."
+    out, under_formula = [], False
+    for i, c in enumerate(cells):
+        if c["cell_type"] == "markdown":
+            text = "".join(c["source"])
+            if _HEADING.search(text): under_formula = False
+            if _DISPLAY_MATH.search(text): under_formula = True
+        elif c["cell_type"] == "code" and under_formula and _EXPORTED & _directives(c).keys():
+            out.append(i)
+            under_formula = False
+    return out
+
+# %% ../../nbs/94_site.ipynb #97fc851a
+def shows_source(cell: dict) -> bool:
+    "Whether the site shows code `cell`'s source: marked `#| exports`, or neither exported nor hidden."
+    d = _directives(cell)
+    if "hide" in d or d.get("echo", "").lower() == "false" or d.get("include", "").lower() == "false": return False
+    return "exports" in d or not d.keys() & {"export", "exporti", "default_exp"}
+
 # %% ../../nbs/94_site.ipynb #fa5f2b0b
 _MATHJAX = "tex-svg-full.js"
 
@@ -140,13 +183,46 @@ window.MathJax = {
   startup: {pageReady: () => MathJax.startup.defaultPageReady().then(() => {
     previewStatus("math", document.querySelectorAll("mjx-container").length + " typeset");
     previewStatus("math-errors", document.querySelectorAll("[data-mjx-error]").length);
+    previewSettled();
   })}
 };
 window.addEventListener("load", () => {
   const imgs = Array.from(document.images), bad = imgs.filter(i => !(i.complete && i.naturalWidth > 0));
   previewStatus("images", (imgs.length - bad.length) + "/" + imgs.length);
   previewStatus("broken-images", bad.map(i => (i.getAttribute("src") || "").slice(0, 100)).join(" "));
+  previewSettled();
 });
+let previewWaiting = 2;   // the page's load and MathJax's typesetting both change the layout: it is measured after both
+function previewSettled() { if (--previewWaiting === 0) previewLayout(); }
+function describe(e) {
+  const cell = e.closest(".jp-Cell");
+  return (cell ? cell.id + " " : "") + e.tagName.toLowerCase() + " " + (e.getAttribute("src") || e.textContent).trim().slice(0, 60);
+}
+function block(e) { while (e.parentElement && getComputedStyle(e).display.startsWith("inline")) e = e.parentElement; return e; }
+function squeezed(img) {     // narrower than 80 % of its share of the row, or of its natural width where that is less
+  const cell = img.closest("td, th"), table = cell && cell.closest("table");
+  const room = cell ? block(table.parentElement).clientWidth / cell.parentElement.cells.length : block(img.parentElement).clientWidth;
+  return img.naturalWidth > 0 && img.getBoundingClientRect().width < 0.8 * Math.min(img.naturalWidth, room);
+}
+function overflows(e, main) { // runs past the column, or holds content wider than itself that it neither scrolls nor wraps
+  for (let a = e.parentElement; a && a !== main; a = a.parentElement)
+    if (/auto|scroll/.test(getComputedStyle(a).overflowX)) return false;     // inside a box that scrolls
+  if (e.scrollWidth > e.clientWidth + 1 && !/auto|scroll/.test(getComputedStyle(e).overflowX)) return true;
+  return e.getBoundingClientRect().right > main.getBoundingClientRect().right + 1;
+}
+function breaksWords(pre) {  // text that wraps and may break inside a word
+  const s = getComputedStyle(pre);
+  return !/^(pre|nowrap)$/.test(s.whiteSpace) && (/break-all|break-word/.test(s.wordBreak) || /anywhere|break-word/.test(s.overflowWrap));
+}
+function previewLayout() {
+  const main = document.querySelector("div.preview-main") || document.body, all = s => Array.from(main.querySelectorAll(s));
+  const list = (key, found) => previewStatus(key, JSON.stringify(found.slice(0, 10)));
+  list("squeezed-images", all("img").filter(squeezed).map(i => describe(i) + " at " + Math.round(i.getBoundingClientRect().width) + " px"));
+  list("overflowing", all("pre, table, img").filter(e => overflows(e, main)).map(describe));
+  list("breaking-outputs", all(".jp-OutputArea-output pre").filter(breaksWords).map(describe));
+  list("prompts", all(".jp-InputPrompt, .jp-OutputPrompt").map(p => p.textContent.trim()).filter(t => /^(In|Out)\s*\[/.test(t)));
+  previewStatus("layout", window.innerWidth + " px");
+}
 </script>
 <script src="@UP@_static/mathjax/tex-svg-full.js" defer></script>
 <style>
@@ -159,8 +235,12 @@ nav.preview-sidebar a {text-decoration: none; color: #2469b3}
 nav.preview-sidebar li.current a {font-weight: 600; color: #111}
 nav.preview-sidebar a.site-title {display: block; font-size: 1.25rem; font-weight: 700; color: #111; margin-bottom: .8rem}
 div.preview-main {margin-left: 16rem}
-header.preview-title {padding: 1rem 0 0 calc(var(--jp-cell-prompt-width, 64px) + 20px)}
+header.preview-title {padding: 1rem 0 0 calc(var(--jp-cell-collapser-width, 8px) + 20px)}
 header.preview-title h1 {margin: 0 0 .3rem} header.preview-title p {margin: 0; color: #555; max-width: 50rem}
+.jp-RenderedHTMLCommon table:has(img) {table-layout: fixed; width: 100%}
+.jp-RenderedHTMLCommon table:has(img) img {width: 100%; height: auto}
+.jp-OutputArea-output pre {white-space: pre-wrap; word-break: normal; overflow-wrap: normal; overflow-x: auto}
+.cm-editor.cm-s-jupyter .highlight pre, .jp-RenderedHTMLCommon pre {overflow-x: auto}
 </style>
 """
 
@@ -249,7 +329,7 @@ def preview(out_dir: str | Path = "site-preview",  # folder the pages are writte
     site = {p: _page(proc, p) for p in pages}
     names = {p: pg["html"] for p, pg in site.items()}
     listing = [(pg["html"], pg["title"]) for pg in site.values()]
-    out, exporter, title = Path(out_dir), HTMLExporter(template_name="lab"), _site_title(proc)
+    out, exporter, title = Path(out_dir), HTMLExporter(template_name="lab", exclude_input_prompt=True, exclude_output_prompt=True), _site_title(proc)
     for page, pg in site.items():
         body, _ = exporter.from_notebook_node(pg["nb"])
         up = "../" * pg["html"].count("/")
@@ -265,32 +345,56 @@ def preview(out_dir: str | Path = "site-preview",  # folder the pages are writte
 
 # %% ../../nbs/94_site.ipynb #02aa79f1
 _BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+_LISTS = ("squeezed-images", "overflowing", "breaking-outputs", "prompts")   # what the page reports as JSON lists
+_BLOCKS = ("code", "markdown-output", "text-output", "prose")
 
 def find_chromium() -> str | None:
     "Path of a Chromium (or Chrome) executable on PATH, or None."
     return next((p for p in map(shutil.which, _BROWSERS) if p), None)
 
 class _DomReport(HTMLParser):
-    "The `data-preview-*` attributes of `<html>`, and the visible text outside code, scripts and typeset math."
+    """The `data-preview-*` attributes of `<html>`, the visible text outside code, scripts and typeset math, the text
+    of each `<pre>` by where it stands (`_BLOCKS`), and how many tables there are."""
     _SKIP = {"head", "script", "style", "pre", "code", "svg", "mjx-container"}
+    _VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
     def __init__(self):
         super().__init__()
         self.status, self.text, self._depth = {}, [], 0
+        self.blocks, self.tables, self._open, self._pre = {k: [] for k in _BLOCKS}, 0, [], None
+    def _where(self) -> str:
+        "Where a `<pre>` opened now stands: a cell's source, a displayed markdown (a `show_doc` signature), a text output, or prose."
+        for _, cls, mime in reversed(self._open):
+            if "jp-InputArea-editor" in cls: return "code"
+            if "jp-OutputArea-output" in cls: return "markdown-output" if mime == "text/markdown" else "text-output"
+        return "prose"
     def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
         if tag == "html": self.status = {k[len("data-preview-"):]: v or "" for k, v in attrs if k.startswith("data-preview-")}
         if tag in self._SKIP: self._depth += 1
+        if tag == "table": self.tables += 1
+        if tag == "pre" and self._pre is None: self._pre = (self._where(), [])
+        if tag not in self._VOID: self._open.append((tag, (a.get("class") or "").split(), a.get("data-mime-type")))
     def handle_endtag(self, tag):
         if tag in self._SKIP and self._depth: self._depth -= 1
+        if tag == "pre" and self._pre is not None:
+            self.blocks[self._pre[0]].append("".join(self._pre[1]))
+            self._pre = None
+        if tag in self._VOID or tag not in (t for t, _, _ in self._open): return
+        while self._open.pop()[0] != tag: pass
     def handle_data(self, data):
+        if self._pre is not None: self._pre[1].append(data)
         if not self._depth: self.text.append(data)
 
 # %% ../../nbs/94_site.ipynb #cafa9859
 def browser_status(page: str | Path,  # an HTML page of the preview
                    budget_ms: int = 10_000,  # virtual time the page gets to load and typeset
                    timeout: float = 120,  # seconds of real time before the browser is given up on
+                   width: int = 1280,  # the window's width in pixels, which the layout is measured at
                    ) -> dict:
-    """Open `page` in headless Chromium; return what it reported (`math`, `math-errors`, `images`,
-    `broken-images`; absent when its script did not run) and its visible `text`."""
+    """Open `page` in headless Chromium, `width` pixels wide; return what it reported (`math`, `math-errors`,
+    `images`, `broken-images`, `layout`, and the lists `squeezed-images`, `overflowing`, `breaking-outputs`,
+    `prompts`; absent when its script did not run), its visible `text`, the text of its `<pre>` blocks by where they
+    stand (`code`, `markdown-output`, `text-output`, `prose`) and its number of `tables`."""
     exe = find_chromium()
     if exe is None: raise UserError("no Chromium found on PATH (on Debian: apt-get install chromium)")
     page = Path(page).resolve()
@@ -298,12 +402,43 @@ def browser_status(page: str | Path,  # an HTML page of the preview
     with tempfile.TemporaryDirectory() as profile:
         cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-               f"--virtual-time-budget={budget_ms}", "--dump-dom", page.as_uri()]
+               f"--window-size={width},2000", f"--virtual-time-budget={budget_ms}", "--dump-dom", page.as_uri()]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0: raise RuntimeError(f"{exe} exited with {done.returncode}: {done.stderr.strip()[-500:]}")
     report = _DomReport()
     report.feed(done.stdout)
-    return {**report.status, "text": " ".join(report.text)}
+    status = {k: json.loads(v or "[]") if k in _LISTS else v for k, v in report.status.items()}
+    return {**status, "text": " ".join(report.text), **report.blocks, "tables": report.tables}
+
+# %% ../../nbs/94_site.ipynb #4369aa9c
+_RAW_TEX = re.compile(r".{0,40}(?:\$\$|\$\\[a-zA-Z]+|\\(?:frac|mathbb|varepsilon)\b).{0,40}")
+_TABLE_RULE = re.compile(r"\|\s*:?-{3,}:?\s*\|")              # `|---|` or `| --- |`: the rule under a markdown table's header
+_QUOTED_ANNOTATION = re.compile(r"[\w)\]](?::|->)[\"']")      # `unit:"Unit('user')"`, `->'Foo'`: as nbdev writes a signature
+
+def _words(s: str) -> str: return " ".join(s.split())
+
+def page_problems(seen: dict,  # what `browser_status` read back from one page
+                  code=(),  # lines that must be in the page's code blocks
+                  ) -> list[str]:
+    "What is wrong with a page of the preview (an empty list when nothing is)."
+    if "math" not in seen: return ["its script did not run (no status)"]
+    problems = [f"{seen['math-errors']} formulas MathJax could not parse"] if seen["math-errors"] != "0" else []
+    loaded, total = map(int, seen["images"].split("/"))
+    if loaded != total: problems.append(f"figures that did not load: {seen['broken-images']}")
+    if raw := _RAW_TEX.findall(seen["text"]): problems.append(f"raw TeX in the rendered text: {raw[:3]}")
+    if "layout" not in seen: return problems + ["the layout was not measured (the page's script stopped)"]
+    for key, what in (("squeezed-images", "figures squeezed below their share of the row"),
+                      ("overflowing", "content that runs past its box (neither scrolled nor wrapped)"),
+                      ("breaking-outputs", "text outputs that break lines inside words"), ("prompts", "prompts shown")):
+        if seen[key]: problems.append(f"{what}: {seen[key]}")
+    if tables := [t for t in seen["text-output"] + [seen["text"]] if _TABLE_RULE.search(t)]:
+        problems.append(f"a markdown table shown as text, not as a table: {tables[0].strip()[:80]!r}")
+    sigs = [l.split(" # ")[0] for s in seen["markdown-output"] for l in s.splitlines()]
+    if quoted := [l.strip() for l in sigs if _QUOTED_ANNOTATION.search(l)]: problems.append(f"annotations shown as strings: {quoted[:3]}")
+    blocks = [_words(b) for b in seen["code"]]
+    if missing := [c for c in code if not any(_words(c) in b for b in blocks)]:
+        problems.append(f"formula code not on the page: {missing}")
+    return problems
 
 # %% ../../nbs/94_site.ipynb #1099a122
 def build_docs(force: bool = False,  # reprocess every notebook
