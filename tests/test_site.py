@@ -112,6 +112,7 @@ def test_paper_notebooks_show_the_code_under_each_formula():
     assert {"03_hua_dpmf", "10_dpals", "11_compare", "12_audit"} <= set(names), names
     found = {n: site.formula_cells(_cells(n)) for n in names}
     assert len(found["10_dpals"]) >= 5 and len(found["03_hua_dpmf"]) >= 3, found        # the rule finds them
+    assert len(found["11_compare"]) >= 3 and len(found["12_audit"]) >= 3, found     # the studies' formulas too
     hidden = [f"{n} cell {_cells(n)[i]['id']}: {_code(_cells(n)[i]).splitlines()[0][:70]}"
               for n, idx in found.items() for i in idx if not site.shows_source(_cells(n)[i])]
     assert not hidden, "formula cells marked #| export (their source is not on the site; mark them #| exports):\n  " + "\n  ".join(hidden)

@@ -132,7 +132,7 @@ def check_site(proc: str | Path) -> list[str]:
     return problems
 
 # %% ../../nbs/94_site.ipynb #966fb815
-_DISPLAY_MATH = re.compile(r"\$\$|\\begin\{")
+_MATH = re.compile(r"\$\$|\\begin\{|(?<![\\$])\$[^$\n]+\$")   # displayed, or inline $…$ (not \$)
 _HEADING = re.compile(r"^#{1,6}\s", re.M)
 _EXPORTED = {"export", "exports", "exporti"}
 
@@ -147,7 +147,7 @@ def formula_cells(cells: list) -> list[int]:
         if c["cell_type"] == "markdown":
             text = "".join(c["source"])
             if _HEADING.search(text): under_formula = False
-            if _DISPLAY_MATH.search(text): under_formula = True
+            if _MATH.search(text): under_formula = True
         elif c["cell_type"] == "code" and under_formula and _EXPORTED & _directives(c).keys():
             out.append(i)
             under_formula = False
