@@ -98,7 +98,8 @@ def predict(self: FittedModel, user, item,
     if not known.all():
         pred[~known] = self._cold_start(u, i, ku, ki)[~known]
         warnings.warn(f"{int((~known).sum()):,} of {len(known):,} (user, item) pairs have a user or item not in the training data: "
-                      "predicted from the model alone (μ and the known bias); return_known=True flags them, unknown='error' refuses them",
+                      "predicted as a cold start from the released model (the mean of its released rows in place of the unknown one's); "
+                      "return_known=True flags them, unknown='error' refuses them",
                       stacklevel=2)
     return (pred, known) if return_known else pred
 
