@@ -256,6 +256,13 @@ class _PMFObjective(Mechanism):
         "The pure-DP level of the perturbed phase whose noise is calibrated to eps: eps (one eta) or k2 eps (fresh eta)."
         return eps if self.noise == "fixed" else self.epochs * eps
 
+    def work(self, train: Ratings) -> dict:
+        "Multiply-adds: the base estimate (each count x ratings x d), each step's pass over the rows, and the closed form's d x d systems (d^2 a rating, d^3 an item)."
+        out, d, rows = Mechanism.work(self, train), float(self.d), train.n_users + train.n_items
+        out["pmf_epochs"] = out.get("pmf_epochs", 0.0) + self.pmf_epochs * rows * d
+        if self.solver == "closed": out["d"] = out.get("d", 0.0) + len(train) * d * d + train.n_items * d ** 3
+        return out
+
     def gd_capped(self, ratings: Ratings, U) -> list:
         "The share of the items whose step the cap sets in each of the k2 steps of the gradient phase (solver 'gd'), as `dp_item_factors` caps it."
         if self.solver != "gd" or not ratings.n_items: return []
