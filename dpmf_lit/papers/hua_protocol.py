@@ -258,7 +258,8 @@ def check_protocol_input(ratings: Ratings, U, min_raters: int = 2):
     bad = np.flatnonzero(k < min_raters)
     if len(bad):
         ids = ratings.item_ids[bad[:5]] if ratings.item_ids is not None else bad[:5]
-        raise ValueError(f"{len(bad)} item(s) have fewer than k={min_raters} raters (e.g. item {list(ids)} with k={list(k[bad[:5]])}): "
+        raise ValueError(f"{len(bad)} item(s) have fewer than {min_raters} raters (e.g. item {np.asarray(ids).tolist()} with "
+                         f"{k[bad[:5]].tolist()} raters): "
                          "no user can carry their noise, and a sum of one user's message reveals it; drop them "
                          "(sparse_items='drop') or use Scenario 1")
     U = np.asarray(U)
