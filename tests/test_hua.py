@@ -295,7 +295,7 @@ def test_communication_counts_match_the_formula(small, scenario):
 def test_protocol_bad_inputs(small):
     r, U = small
     one = Ratings(np.array([0, 1, 0], np.int32), np.array([0, 0, 1], np.int32), np.array([3, 4, 5], np.float32), 2, 2, 1.0, 5.0)
-    with pytest.raises(ValueError, match="fewer than k=2 raters"): run_protocol(one, np.zeros((2, 3)), 1.0)
+    with pytest.raises(ValueError, match="fewer than 2 raters"): run_protocol(one, np.zeros((2, 3)), 1.0)
     with pytest.raises(ValueError, match="epsilon=0"): run_protocol(r, U, 0)
     with pytest.raises(ValueError, match="epsilon=-1"): run_protocol(r, U, -1)
     with pytest.raises(ValueError, match="k=1"): run_protocol(r, U, 1.0, scenario=3, group_size=1)
@@ -308,7 +308,7 @@ def test_protocol_bad_inputs(small):
     with pytest.raises(ValueError, match="p_online=0"): run_protocol(r, U, 1.0, scenario=3, p_online=0)
     with pytest.raises(ValueError, match="epsilon=0"): HuaProtocol(epsilon=0)
     with pytest.raises(ValueError, match="too small"): HuaProtocol(modulus_bits=30)
-    with pytest.raises(ValueError, match="fewer than k=2 raters"): HuaProtocol(d=3).fit(one)
+    with pytest.raises(ValueError, match="fewer than 2 raters"): HuaProtocol(d=3).fit(one)
 
 
 def test_hua_protocol_mechanism_and_cli_report(split):
@@ -318,7 +318,7 @@ def test_hua_protocol_mechanism_and_cli_report(split):
     assert get_mechanism("hua-protocol") is HuaProtocol
     few = tr.take(np.flatnonzero(tr.item != 3))                                   # item 3: no rater; item 4: one rater
     few = few.take(np.r_[np.flatnonzero(few.item != 4), np.flatnonzero(few.item == 4)[:1]])
-    with pytest.raises(ValueError, match="fewer than k=2 raters"): HuaProtocol(d=4, epochs=2).fit(few)
+    with pytest.raises(ValueError, match="fewer than 2 raters"): HuaProtocol(d=4, epochs=2).fit(few)
     dropped = HuaProtocol(d=4, epochs=5, sparse_items="drop").fit(few)
     assert not dropped.V[[3, 4]].any() and dropped.V.shape == (tr.n_items, 4) and dropped.V[0].any()
     from dpmf_lit.cli.main import fit_report

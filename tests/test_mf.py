@@ -309,7 +309,9 @@ def test_report_shows_the_values_that_ran(small):
     assert {k: p[k] for k in ("epochs", "lr", "lr_decay", "reg_bias")} == {"epochs": 2, "lr": 0.01, "lr_decay": 0.98, "reg_bias": 0.08}
     assert p["threads"] == min(64, numba.config.NUMBA_NUM_THREADS) and p["blocks"] == 64
     assert "lr" not in PMF(d=4, epochs=2, solver="als", reg=0.1).fit(train).params   # ALS has no step: none is listed
-    assert PMF(d=4, epochs=2, solver="gd", threads=2).fit(train).params["threads"] == 1  # the GD kernel is serial
+    assert PMF(d=4, epochs=2, solver="gd").fit(train).params.get("threads") is None    # the GD kernel is serial: no threads listed
+    with pytest.raises(ValueError, match="threads=2: pmf with solver='gd' does not use threads"):   # nor taken and ignored
+        PMF(d=4, epochs=2, solver="gd", threads=2)
 
 
 def test_blocks_fix_the_result_whatever_the_threads(small):
@@ -376,8 +378,10 @@ def test_pmf_refuses_coercions(kw, msg):
 
 def test_diverging_fit_says_to_lower_lr(small):
     train, _ = small
-    with pytest.raises(ValueError, match=r"PMF diverged at epoch \d+ \(lr=5.0, solver='sgd'\): lower lr"):
+    with pytest.raises(ValueError, match=r"PMF diverged at epoch \d+\); lower lr=5.0"):
         PMF(d=8, epochs=30, lr=5.0).fit(train)
+    with pytest.raises(ValueError, match=r"PMF diverged at epoch \d+\); raise reg=1e-300"):   # ALS takes no step: its ridge
+        PMF(d=8, epochs=3, solver="als", reg=1e-300).fit(train)
 
 
 def test_factors_that_cannot_fit_in_memory_are_refused_before_allocating(small):

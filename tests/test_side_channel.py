@@ -19,7 +19,9 @@ GUARANTEED = {"dp-bias", "dp-bias-features", "user-features", "user-mean", "dpal
 HISTORY_EXEMPT = {"*": {"seconds": TIME_CLAUSE},
                   "hua": {"train_rmse": "U's training history"},                 # U's non-private MF, per epoch
                   "gauss": {"train_rmse": "training-RMSE history"},
-                  "sgld": {"train_rmse": "per-epoch training history"}}
+                  "sgld": {"train_rmse": "per-epoch training history"},
+                  "dp-pmf": {"lr_capped": "the history's lr_capped"},        # the share of row steps capped: reads U's training
+                  "pdp-pmf": {"lr_capped": "the history's lr_capped"}}
 # Report fields: the per-user value by group privacy over k, the most ratings any user has (read from the data).
 REPORT_EXEMPT = {"epsilon_user": GROUP_CLAUSE, "delta_user": GROUP_CLAUSE, "user_note": GROUP_CLAUSE}
 PARAMS_EXEMPT = {"xin": {"weight": "the weight chosen on the public users' held-out ratings", "validation": "validation scores"}}

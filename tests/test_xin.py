@@ -109,7 +109,7 @@ def test_bad_input():
 def test_modes_fit_and_report(split):
     tr, te = split
     for mode in MODES:
-        f = get_mechanism("xin")(public=0.2, d=4, lam=2.0, epochs=4, mode=mode, n_private=40).fit(tr)
+        f = get_mechanism("xin")(public=0.2, d=4, lam=2.0, epochs=4, mode=mode, **({} if mode == "local" else dict(n_private=40))).fit(tr)
         rmse = float(np.sqrt(np.mean((f.predict_codes(te.user, te.item) - te.rating) ** 2)))
         assert rmse < 1.3, (mode, rmse)
         rep = f.privacy
@@ -279,7 +279,7 @@ def test_paper_profile_on_an_ml10m_fixture(tmp_path):
     out = {}
     for mode in ("local", "pmd", "pmc", "laplace", "sslp", "exact", "full-em"):
         f = XinPublicPrivate(public=(p["n_public"] - 0.5) / n_rated, d=p["d"], lam=p["lam"], epochs=p["em_iters"],
-                             mode=mode, n_private=max(p["private"]), seed=p["seed"]).fit(train)
+                             mode=mode, seed=p["seed"], **({} if mode == "local" else dict(n_private=max(p["private"])))).fit(train)
         assert f.params["n_public"] == p["n_public"] and f.params["n_responses"] == (0 if mode == "local" else max(p["private"]))
         out[mode] = rmse(f)
     assert all(np.isfinite(v) and v < 2.0 for v in out.values()), out

@@ -186,7 +186,8 @@ def fit_report(mechanism: str, dataset: str, params: dict | None = None, test_fr
                         "seed": seed, "n_train": len(train), "n_test": len(test), **metrics,
                         "item_features": None if ratings.item_features is None else ratings.item_features.source,
                         "rmse": float(metrics["rmse"]), "mae": float(metrics["mae"]), "fit_seconds": float(fitted.fit_seconds),
-                        "compile_seconds": float(compiling()), "privacy": fitted.privacy.to_dict(), "not_covered": NOT_COVERED})
+                        "compile_seconds": float(compiling()), "privacy": fitted.privacy.to_dict(), "notes": list(fitted.notes),
+                        "not_covered": NOT_COVERED})
 
 # %% ../../nbs/93_cli.ipynb #862e28cb
 def _cut(text: str, width: int, tail: str = "...") -> str:
@@ -216,14 +217,16 @@ def _privacy_line(p: dict, width: int) -> str:
 
 # %% ../../nbs/93_cli.ipynb #e47086e8
 def fit_summary(rep: dict, width: int | None = None) -> str:
-    "The two lines `dpmf fit` prints, each at most `width` characters (default: the terminal's); the rest is in --json."
+    """The lines `dpmf fit` prints, each at most `width` characters (default: the terminal's): the result, the privacy
+    report, and a note for each thing the fit changed of what was asked (a step capped); the rest is in --json."""
     width = width or max(60, min(shutil.get_terminal_size((80, 24)).columns, 160))
     head, core = f"{rep['mechanism']} on ", f": test RMSE {rep['rmse']:.4f}, MAE {rep['mae']:.4f}, fit {rep['fit_seconds']:.2f} s"
     slow = rep.get("compile_seconds") or 0.0
     extra = f" ({slow:.2f} s compiling)" if slow >= 0.01 else ""
     if width - len(head) - len(core) - len(extra) < min(len(rep["dataset"]), 20): extra = ""    # the data set's name first
     label = _middle(rep["dataset"], max(width - len(head) - len(core) - len(extra), 12))
-    return f"{head}{label}{core}{extra}\n" + _privacy_line(rep["privacy"], width)
+    notes = [line for n in rep.get("notes") or () for line in textwrap.wrap(f"note: {n}", width, subsequent_indent="  ")]
+    return f"{head}{label}{core}{extra}\n" + _privacy_line(rep["privacy"], width) + "".join("\n" + n for n in notes)
 
 # %% ../../nbs/93_cli.ipynb #c9079ca4
 def cmd_fit(args) -> int:

@@ -21,7 +21,7 @@ from ..core.privacy import PrivacyReport, Release, fit_randomness
 
 # %% auto #0
 __all__ = ['UNKNOWN', 'ITERATIONS', 'MAX_WORK', 'HEARTBEAT_DELAY', 'MECHANISMS', 'ENTRY_POINT_GROUP', 'FittedModel', 'Factors',
-           'Mechanism', 'heartbeat', 'register_mechanism', 'mechanism_modules', 'mechanisms', 'get_mechanism']
+           'Mechanism', 'Above', 'heartbeat', 'register_mechanism', 'mechanism_modules', 'mechanisms', 'get_mechanism']
 
 # %% ../../nbs/01b_mechanism.ipynb #0d8b6aa4
 @dataclass(repr=False)
@@ -42,6 +42,7 @@ class FittedModel:
     user_ids: np.ndarray | None = None   # original id of each user code, sorted (None: ids are the codes)
     item_ids: np.ndarray | None = None   # original id of each item code, sorted (None: ids are the codes)
     valid_rmse: float | None = None      # RMSE on the validation ratings given to `fit`, if any
+    notes: list = field(default_factory=list)     # what the fit changed of what was asked (a step capped), one sentence each
 
     @property
     def d(self) -> int: return self.U.shape[1]
@@ -170,6 +171,7 @@ class Factors:
     history: list = field(default_factory=list)
     privacy: Release | PrivacyReport = field(default_factory=Release)   # what the fit released (`privacy_events`), or a no-guarantee report
     params: dict = field(default_factory=dict)   # values settled during the fit (override resolved_params())
+    notes: list = field(default_factory=list)    # what the fit changed of what was asked, said to the user (`dpmf fit` prints them)
 
 # %% ../../nbs/01b_mechanism.ipynb #53cc9db4
 def _bytes(n: float) -> str:
@@ -290,6 +292,16 @@ def _unknown(cls, k: str, kwargs: dict):
     aliases = f"; paper aliases: {', '.join(f'{a} → {n}' for a, n in cls.aliases.items())}" if cls.aliases else ""
     raise ValueError(f"{k}={show(kwargs[k])}: mechanism {cls.name!r} has no parameter {k!r}{hint} (known: {', '.join(known)}{aliases})")
 
+class Above:
+    "`applies` values that are numbers above `low`: `{'max_norm': ('prior_share', Above(0))}` (B clips a prior there is only when s > 0)."
+    def __init__(self, low: float): self.low = low
+    def __contains__(self, x) -> bool: return isinstance(x, (int, float)) and not isinstance(x, bool) and x > self.low
+    def __repr__(self) -> str: return f"> {show(self.low)}"
+
+def _when(values) -> str:
+    "An `applies` entry's values as a refusal says them: 'sgd' or 'gd', > 0."
+    return repr(values) if isinstance(values, Above) else " or ".join(map(show, values))
+
 def _refuse_unused(self):
     "Refuse a parameter given explicitly (and not None) that this configuration does not use (`applies`), naming what would use it."
     p = self.resolved_params()
@@ -297,7 +309,11 @@ def _refuse_unused(self):
         if k in self.applies and getattr(self, k) is not None and p.get(self.applies[k][0]) not in self.applies[k][1]:
             other, values = self.applies[k]
             raise ValueError(f"{k}={show(getattr(self, k))}: {self.name} with {other}={show(p.get(other))} does not use {k} "
-                             f"(it applies when {other} is {' or '.join(map(show, values))})")
+                             f"(it applies when {other} is {_when(values)})")
+
+def _used(self, k: str) -> bool:
+    "Whether this configuration uses parameter `k` (every parameter does, unless `applies` says otherwise)."
+    return k not in self.applies or self.resolved_params().get(self.applies[k][0]) in self.applies[k][1]
 
 @functools.cache
 def _declared_checks(init) -> dict:
@@ -326,10 +342,12 @@ def memory_bytes(self: Mechanism, train: Ratings) -> int:
 def nested(self: Mechanism, cls, names: dict, **params):
     "`cls(**params)`, with a ValueError about inner parameter `k` re-raised naming the outer parameter `names[k]`."
     try: return cls(**params)
-    except ValueError as e:
-        msg = str(e)
-        for inner, outer in names.items(): msg = re.sub(rf"(?<![\w.]){re.escape(inner)}=", f"{outer}=", msg)
-        raise ValueError(msg) from None
+    except ValueError as e: raise ValueError(_renamed(str(e), names)) from None
+
+def _renamed(msg: str, names: dict) -> str:
+    "`msg` with each inner parameter's name (as `k=`, or a word followed by a space, ')' or the end) replaced by `names[k]`."
+    for inner, outer in names.items(): msg = re.sub(rf"(?<![\w.']){re.escape(inner)}(?=[= )]|$)", outer, msg)
+    return msg
 
 # %% ../../nbs/01b_mechanism.ipynb #2092faa3
 @patch
@@ -349,16 +367,33 @@ def set_params(self: Mechanism, **params) -> Mechanism:
 _OVERFLOWED = re.compile(r"(?<![\w.])-?(inf|nan)\b|overflow|diverged|converge|singular", re.I)   # a message that met an infinity or NaN
 
 def _check_memory(mech: Mechanism, train: Ratings):
+    "Refuse, before any work, a fit whose arrays cannot fit in memory, naming the parameter given that causes it (else d)."
     need, avail = int(mech.memory_bytes(train)), available_memory()
     if avail is not None and need > avail:
-        d = f" with d={show(mech.d)}" if hasattr(mech, "d") else ""
-        raise ValueError(f"{mech.name}{d} on {train.n_users:,} users x {train.n_items:,} items needs about {_bytes(need)} "
-                         f"of memory, more than the {_bytes(avail)} available" + _memory_hint(mech, d))
+        k = _culprit(mech, lambda m: m.memory_bytes(train)) or ("d" if hasattr(mech, "d") else None)
+        named = f" with {_typed(mech, k)}={show(getattr(mech, k))}" if k else ""
+        raise ValueError(f"{mech.name}{named} on {train.n_users:,} users x {train.n_items:,} items needs about {_bytes(need)} "
+                         f"of memory, more than the {_bytes(avail)} available; " + (_way(mech, k) if k else "use a smaller data set"))
 
-def _memory_hint(mech: Mechanism, d: str) -> str:
-    "'; lower d' for a mechanism with a rank, unless another parameter given is the extreme one."
-    far = _extreme(mech)
-    return f"; {far}" if far and not (d and far.startswith("d=")) else "; lower d" if d else ""
+def _culprit(mech: Mechanism, cost) -> str | None:
+    """The parameter given whose default alone would cut `cost(mech)` the most (at least by half): what a refusal names.
+    None when no parameter given explains it (the data set is that large, at the defaults)."""
+    now, best, out = float(cost(mech)), None, None
+    for k in mech._given:
+        try: c = float(cost(type(mech)(**{j: getattr(mech, j) for j in mech._given if j != k})))
+        except Exception: continue   # a default that does not combine with the other parameters given
+        if c <= now / 2 and (best is None or c < best): best, out = c, k
+    return out
+
+def _typed(mech: Mechanism, k: str) -> str:
+    "Parameter `k` under the name the user gave it (a paper's alias, say)."
+    return getattr(mech, "_typed", {}).get(k, k)
+
+def _way(mech: Mechanism, k: str) -> str:
+    "'lower k' (or 'raise k' when the value is below its default): the advice of a refusal that `k` causes."
+    v, ref = getattr(mech, k, None), {j: d for j, d, _ in mech.parameter_docs()}.get(k)
+    num = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)
+    return f"{'raise' if num(v) and num(ref) and v < ref else 'lower'} {_typed(mech, k)}"
 
 # %% ../../nbs/01b_mechanism.ipynb #1ef3ad19
 class _Shown(dict):
@@ -367,10 +402,11 @@ class _Shown(dict):
     def __missing__(self, k): return k
 
 def _extreme(mech: Mechanism) -> str:
-    """An overflow's hint naming the parameter given farthest from its default (at least 4 orders of magnitude), unless
-    `overflow_hint` is about that one; "" when none is that far (the hint then applies)."""
+    """An overflow's hint naming the parameter given farthest from its default (at least 4 orders of magnitude; the seed
+    never), or `overflow_hint`'s clause about that one; "" when none is that far (the hint then applies)."""
     defaults, far = {k: d for k, d, _ in mech.parameter_docs()}, {}
     for k in mech._given:
+        if k == "seed": continue   # any seed is as good as another
         v, ref = getattr(mech, k), defaults.get(k)
         ref = ref if isinstance(ref, (int, float)) and not isinstance(ref, bool) and ref != 0 else 1.0
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v != 0 and math.isfinite(v):
@@ -378,9 +414,11 @@ def _extreme(mech: Mechanism) -> str:
     k = max(far, key=far.get, default=None)
     if k is None or far[k] < 4: return ""
     v, ref = getattr(mech, k), defaults.get(k)
-    way = "raise" if isinstance(ref, (int, float)) and abs(v) < abs(ref or 1.0) else "lower"
-    if f"{way} {k}={{{k}}}" in mech.overflow_hint: return ""   # the mechanism's own hint says it
-    return f"{getattr(mech, '_typed', {}).get(k, k)}={show(v)} is extreme: {way} it (default {show(ref)})"
+    way, hint = "raise" if isinstance(ref, (int, float)) and abs(v) < abs(ref or 1.0) else "lower", mech.overflow_hint
+    if f"{way} {k}={{{k}}}" in hint:   # the mechanism's own hint says it: that clause alone, if it names others too
+        if set(re.findall(r"\{(\w+)\}", hint)) == {k}: return ""
+        return f"{way} {_typed(mech, k)}={show(v)}" + (":" + hint.split(":", 1)[1] if ":" in hint else "")
+    return f"{_typed(mech, k)}={show(v)} is extreme: {way} it (default {show(ref)})"
 
 # %% ../../nbs/01b_mechanism.ipynb #9fe41773
 ITERATIONS = ("epochs", "pmf_epochs", "sweeps")   # the vocabulary's iteration counts
@@ -388,23 +426,25 @@ MAX_WORK = 1e15   # rating-by-rank updates: about 12 days at 1e9 a second; a pap
 
 @patch
 def work(self: Mechanism, train: Ratings) -> dict:
-    """{parameter: the multiply-adds it causes}, a rough estimate before the fit: each iteration count x ratings x d,
-    and d^3 per row and epoch of an ALS solve (`solver`/`pmf_solver` 'als'), credited to d. Subclasses add their own."""
+    """{parameter: the multiply-adds it causes}, a rough estimate before the fit: each iteration count the configuration
+    uses x ratings x d, and d^3 per row and epoch of an ALS solve (`solver`/`pmf_solver` 'als'), credited to d.
+    Subclasses add their own (a loop over rows, the blocks of a grid)."""
     d = max(1, int(getattr(self, "d", 1)))
-    out = {k: float(getattr(self, k)) * len(train) * d for k in ITERATIONS if isinstance(getattr(self, k, None), int)}
+    out = {k: float(getattr(self, k)) * len(train) * d for k in ITERATIONS if isinstance(getattr(self, k, None), int) and _used(self, k)}
     for solver, epochs in (("solver", "epochs"), ("pmf_solver", "pmf_epochs")):
         if getattr(self, solver, None) == "als":
             out["d"] = out.get("d", 0.0) + float(getattr(self, epochs, None) or 10) * (train.n_users + train.n_items) * float(d) ** 3
     return out
 
 def _check_work(mech: Mechanism, train: Ratings):
-    "Refuse, before any work, a fit that would run for weeks, naming the parameter that causes most of it."
-    work = mech.work(train)
-    if work and sum(work.values()) > MAX_WORK:
-        k = max(work, key=work.get)
-        typed = getattr(mech, "_typed", {}).get(k, k)
-        raise ValueError(f"{typed}={show(getattr(mech, k))} on {len(train):,} ratings is about {sum(work.values()):.1e} "
-                         f"multiply-adds (more than {MAX_WORK:.0e}, weeks of computing): lower {typed}")
+    """Refuse, before any work, a fit that would run for weeks, naming the parameter given whose default would cut it most
+    (else the one the estimate credits most: the data set is that large)."""
+    total = lambda m: sum(m.work(train).values())
+    if total(mech) > MAX_WORK:
+        work = mech.work(train)
+        k = _culprit(mech, total) or max(work, key=work.get)
+        raise ValueError(f"{_typed(mech, k)}={show(getattr(mech, k, None))} on {len(train):,} ratings is about {total(mech):.1e} "
+                         f"multiply-adds (more than {MAX_WORK:.0e}, weeks of computing): {_way(mech, k)}")
 
 # %% ../../nbs/01b_mechanism.ipynb #1ccec54b
 def _check_data(train, valid):
@@ -443,12 +483,16 @@ def _rmse(model: "FittedModel", data: Ratings) -> float:
 def _hint(mech: Mechanism, p: dict) -> str:
     return _extreme(mech) or mech.overflow_hint.format_map(_Shown(p)) or "check the parameters"
 
+class _Said(ValueError):
+    "A refusal that already names what to change (an inner mechanism's, in the outer one's words): `_run` passes it on as it is."
+
 def _run(mech: Mechanism, train: Ratings, progress: bool, extra: dict) -> Factors:
     "`_fit`, with numpy's overflow warnings silenced (non-finite factors are refused after it) and an overflow or lack of memory made a ValueError that says what to change."
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             return mech._fit(train, progress, **extra)
+    except _Said: raise
     except (ValueError, OverflowError, FloatingPointError, RuntimeError) as e:   # an inner check that met an infinity
         if not (isinstance(e, OverflowError) or _OVERFLOWED.search(str(e))): raise
         raise ValueError(f"{mech.name}: the fit overflowed ({e}); {_hint(mech, mech.resolved_params())}") from None
@@ -482,6 +526,16 @@ def heartbeat(desc: str,                  # what runs, e.g. 'dpals: fitting'
         stop.set(); thread.join()
         for b in bars: b.close()
 
+
+# %% ../../nbs/01b_mechanism.ipynb #3451c018
+@patch
+def fit_nested(self: Mechanism, inner: Mechanism, names: dict, train: Ratings, **kwargs) -> FittedModel:
+    "`inner.fit(train, **kwargs)`, a step of this mechanism's fit; a refusal in our words (`names`: inner parameter -> ours)."
+    try: return inner.fit(train, **kwargs)
+    except ValueError as e:
+        msg, far = _renamed(str(e), names), _extreme(self)
+        if _OVERFLOWED.search(msg) and far: msg = f"{self.name}: the fit overflowed in its step {inner.name}; {far}"
+        raise _Said(msg) from None
 
 # %% ../../nbs/01b_mechanism.ipynb #70b6701b
 @patch
@@ -518,7 +572,7 @@ def _fit_model(self: Mechanism, train: Ratings, valid, progress: bool, extra: di
     model = FittedModel(U=f32(out.U), V=f32(out.V), user_bias=f32(out.user_bias), item_bias=f32(out.item_bias),
                         mean=float(out.mean), rating_min=train.rating_min, rating_max=train.rating_max, privacy=privacy,
                         history=list(out.history), fit_seconds=seconds, mechanism=self.name, params=params,
-                        user_ids=train.user_ids, item_ids=train.item_ids)
+                        user_ids=train.user_ids, item_ids=train.item_ids, notes=list(out.notes))
     if valid is not None: model.valid_rmse = _rmse(model, valid)
     return model
 

@@ -24,7 +24,8 @@ from .mechanism import (MECHANISMS, Factors, FittedModel, Mechanism, PrivacyRepo
 from .cards import Card, Contender, grid_of
 
 # %% auto #0
-__all__ = ['L2_FALLBACK', 'MIN_VISIT', 'evaluate', 'PMF', 'LocalGrid', 'local_grid', 'cache_blocks']
+__all__ = ['L2_FALLBACK', 'MIN_VISIT', 'BLOCK_VISIT', 'evaluate', 'PMF', 'LocalGrid', 'local_grid', 'cache_blocks', 'grid_cost',
+           'grid_terms']
 
 # %% ../../nbs/01_mf.ipynb #a3b08c44
 def evaluate(model, test: Ratings) -> dict:
@@ -37,8 +38,8 @@ def evaluate(model, test: Ratings) -> dict:
 class PMF(Mechanism):
     "Non-private (biased) probabilistic matrix factorization: the baseline every private mechanism is compared to."
     test_params = dict(d=4, epochs=3)
-    overflow_hint = "lower lr={lr} or init_std={init_std}"
-    applies = {"lr": ("solver", ("sgd", "gd")), "lr_decay": ("solver", ("sgd", "gd")), "layout": ("solver", ("sgd",)), "blocks": ("solver", ("sgd",))}
+    applies = {"lr": ("solver", ("sgd", "gd")), "lr_decay": ("solver", ("sgd", "gd")), "layout": ("solver", ("sgd",)), "blocks": ("solver", ("sgd",)),
+               "reg_bias": ("bias", (True,)), "threads": ("solver", ("sgd", "als"))}   # no biases, no λ_b; GD's kernel is serial
     # per-solver defaults for the parameters left at None (the SGD values are the tuned ones below)
     SOLVER_DEFAULTS = {"sgd": dict(epochs=100, lr=0.01, lr_decay=0.98),
                        "gd":  dict(epochs=300, lr=0.001, lr_decay=1.0),
@@ -62,6 +63,11 @@ class PMF(Mechanism):
         if self.solver == "als" and self.reg == 0:
             raise ValueError(f"reg={show(reg)} must be > 0 for solver='als' (the normal equations need it)")
 
+    @property
+    def overflow_hint(self) -> str:
+        "What to change when the factors overflow: the step of SGD and GD, the ridge of ALS (which takes no step)."
+        return "raise reg={reg}" if self.solver == "als" else "lower lr={lr} or init_std={init_std}"
+
 # %% ../../nbs/01_mf.ipynb #3c3c68f4
 PMF.card = Card(notebook="01_mf", role="baseline", at=14, rows=(Contender("pmf", "pmf", "none"),))
 
@@ -80,8 +86,9 @@ def resolved_params(self: PMF) -> dict:
 
 @patch
 def memory_bytes(self: PMF, train: Ratings) -> int:
-    "The float32 factors plus the float64 draw of the larger initial profile matrix."
-    return Mechanism.memory_bytes(self, train) + 8 * max(train.n_users, train.n_items) * self.d
+    "The float32 factors plus the float64 draw of the larger initial profile matrix, and SGD's block grid (`grid_terms`)."
+    grid = grid_terms(self, train, 1)[1] if self.solver == "sgd" else 0
+    return Mechanism.memory_bytes(self, train) + 8 * max(train.n_users, train.n_items) * self.d + grid
 
 # %% ../../nbs/01_mf.ipynb #68ef5c04
 @patch
@@ -161,6 +168,31 @@ def cache_blocks(n_users: int, n_items: int, d: int,
     while G * l2 < rows * (d + 1) * 4 and per_user >= 2 * G * MIN_VISIT and 2 * G <= most: G *= 2
     return min(G, most)
 
+# %% ../../nbs/01_mf.ipynb #fe90ea1b
+BLOCK_VISIT = 20   # multiply-adds (a nanosecond each, `MAX_WORK`'s unit) a visit of one block costs besides its ratings
+
+def grid_cost(G: int, epochs: int, n_users: int, n_items: int) -> tuple[float, int]:
+    "(multiply-adds, bytes) of a G x G grid besides its ratings: `BLOCK_VISIT` a block an epoch, and a set-up that deals the rows to G groups and counts G^2 keys per chunk (int64)."
+    chunks, G = numba.get_num_threads(), float(G)
+    return (epochs * BLOCK_VISIT + chunks + 1) * G * G + (n_users + n_items) * G, int(8 * (chunks + 1) * G * G)
+
+def grid_terms(mech, train: Ratings, epochs: int) -> tuple[dict, int]:
+    """({parameter: the grid's multiply-adds}, the grid's bytes) of a mechanism that runs on a G x G block grid
+    (its `blocks`, `threads`, `d` and `layout`): G = blocks (an int, or 'cache'), else the threads asked for, credited to it."""
+    asked = mech.blocks if mech.blocks is not None else (mech.threads or 1)
+    G = cache_blocks(train.n_users, train.n_items, mech.d, len(train), mech.layout) if asked == "cache" else int(asked)
+    work, nbytes = grid_cost(G, epochs, train.n_users, train.n_items)
+    return {"blocks" if mech.blocks is not None else "threads": work}, nbytes
+
+@patch
+def work(self: PMF, train: Ratings) -> dict:
+    "Multiply-adds: each epoch ratings x d, d^3 a row for ALS, and for SGD the visits of the G x G grid (`grid_terms`)."
+    p, d = self.resolved_params(), float(self.d)
+    out = {"epochs": p["epochs"] * len(train) * d}
+    if self.solver == "als": out["d"] = p["epochs"] * (train.n_users + train.n_items) * d ** 3
+    if self.solver == "sgd": out.update(grid_terms(self, train, p["epochs"])[0])
+    return out
+
 # %% ../../nbs/01_mf.ipynb #bdb8b9a4
 def _epochs(self: PMF, p: dict, train: Ratings, model: FittedModel, b, c, progress: bool, valid) -> list:
     "Run `p['epochs']` epochs of the solver on `model`'s arrays in place; the per-epoch history."
@@ -188,7 +220,7 @@ def _epochs(self: PMF, p: dict, train: Ratings, model: FittedModel, b, c, progre
                 als_sweep(*by_item, V, U, c, b, mu, p["reg"], p["reg_bias"], self.bias, True)
                 sse = float(((rating - model.predict_codes(user, item)) ** 2).sum())
             if not np.isfinite(sse):
-                raise ValueError(f"PMF diverged at epoch {epoch + 1} (lr={show(p['lr'])}, solver={self.solver!r}): lower lr")
+                raise ValueError(f"PMF diverged at epoch {epoch + 1}")   # the fit's hint says what to change
             rec = dict(epoch=epoch + 1, train_rmse=math.sqrt(sse / len(user)), seconds=time.perf_counter() - t0)
             if valid is not None: rec["valid_rmse"] = evaluate(model, valid)["rmse"]
             history.append(rec)

@@ -104,6 +104,7 @@ class DPALS(Mechanism):
     "Private alternating least squares (Chien et al. 2021): users solve u_i on their devices; items solve from Gaussian-noised Gram matrices and right-hand sides."
     test_params = dict(d=3, epochs=2, max_ratings=20)
     aliases = {"rounds": "epochs", "tau": "max_ratings", "clip_u": "max_norm"}
+    applies = {"reg_bias": ("center", ("item",))}   # the item offsets' λ: centring on the global mean has none
     symbols = {"epsilon": "$\\varepsilon$", "delta": "$\\delta$", "d": "$d$", "epochs": "$T$", "max_ratings": "$\\tau$",
                "max_norm": "$\\Gamma_u$", "clip_rating": "$\\Gamma_r$", "reg": "$\\lambda$", "reg_exponent": "$e$",
                "reg_local": "$\\lambda_u$", "count_share": "$s$", "init_std": "$\\sigma_0$", "mean": "$m_0$",

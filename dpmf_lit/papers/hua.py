@@ -35,7 +35,7 @@ def solve_item_factors(A, b, eta) -> np.ndarray:
     if eta.shape != b.shape: raise ValueError(f"eta must have shape {b.shape}; got {eta.shape}")
     try: return np.linalg.solve(A, (b - eta)[..., None])[..., 0]
     except np.linalg.LinAlgError:
-        raise ValueError("some A_j is singular: with reg=0 every item needs >= d raters spanning R^d; use reg > 0") from None
+        raise ValueError("some A_j is singular: with no ridge every item needs >= d raters spanning R^d; use a ridge > 0") from None
 
 # %% ../../nbs/03_hua_dpmf.ipynb #10dda143
 def rating_sensitivity(ratings: Ratings, neighbouring: str = "replace") -> float:
@@ -125,7 +125,7 @@ class HuaDPMF(Mechanism):
                  d: Int(1) = 10,                 # rank of U and V
                  reg: Positive = 5.0,            # λ of the perturbed least-squares problem for V
                  solver: Choice("closed", "gd") = "closed",  # 'closed' (the exact minimiser) or 'gd' (the paper's gradient descent)
-                 epochs: Int(0) = 500,           # gradient-descent steps when solver='gd'
+                 epochs: Int(1) = 500,           # gradient-descent steps when solver='gd'
                  noise: Choice(*NOISES) = "l2-laplace",      # 'l2-laplace' (density ∝ exp(-ε‖η‖/Δ)) or 'hua-decomposition'
                  noise_multiplier: Positive = 1.0,  # noise scaled by this; the reported ε is epsilon / noise_multiplier
                  max_norm: Positive = 1.0,       # rows of U are clipped to this L2 norm (Δ scales with it)
@@ -163,6 +163,16 @@ def memory_bytes(self: HuaDPMF, train: Ratings) -> int:
     "The factors, U's MF, float64 copies of U and of the noise, and (closed form) the d x d systems A_j."
     extra = 8 * (train.n_users + 2 * train.n_items) * self.d + (8 * train.n_items * self.d ** 2 if self.solver == "closed" else 0)
     return Mechanism.memory_bytes(self, train) + self._pmf().memory_bytes(train) + extra
+
+@patch
+def work(self: HuaDPMF, train: Ratings) -> dict:
+    """Multiply-adds: U's MF (its own estimate, under our names) and V's step, `epochs` gradient steps over the ratings
+    (solver 'gd') or the closed form's d x d systems (d^2 a rating, d^3 an item, credited to d)."""
+    out, names, d = {}, {**self._PMF_NAMES, "blocks": "threads"}, float(self.d)
+    for k, v in self._pmf().work(train).items(): out[names.get(k, k)] = out.get(names.get(k, k), 0.0) + v
+    if self.solver == "gd": out["epochs"] = self.epochs * len(train) * d
+    else: out["d"] = out.get("d", 0.0) + len(train) * d * d + train.n_items * d ** 3
+    return out
 
 @patch
 def privacy_events(self: HuaDPMF, train: Ratings) -> Release:
@@ -207,7 +217,7 @@ def _fit(self: HuaDPMF, train: Ratings, progress: bool = False, U=None, eta=None
         raise ValueError(f"eta must have shape {(train.n_items, self.d)}; got {np.shape(eta)}")
     t0, history = time.perf_counter(), []
     if U is None:
-        base = self._pmf().fit(train, progress=progress)
+        base = self.fit_nested(self._pmf(), self._PMF_NAMES, train, progress=progress)   # its refusals in our names
         U, history = base.U, [dict(h, stage="pmf") for h in base.history]
     U = clip_rows(U, self.max_norm)
     eta = self.noise_for(train) if eta is None else np.asarray(eta, np.float64)

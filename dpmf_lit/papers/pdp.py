@@ -14,7 +14,7 @@ from scipy import sparse
 
 from ..data import Ratings
 from ..model.mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
-from ..core.checks import Choice, Float, Int, Positive, check_choice, check_float, check_int, check_positive, check_unit_interval, generator
+from ..core.checks import Choice, Float, Int, Positive, check_choice, check_float, check_int, check_positive, check_unit_interval, generator, show
 from ..core.privacy import PrivacyAccountant, PureDpEvent, Release, Unit
 from ..core.kernels import mf_gradient
 from ..model.linalg import clip_rows, item_normal_equations
@@ -65,13 +65,16 @@ class PrivacySpec:
         return float(self.epsilon.mean() if kind == "mean" else self.epsilon.max())
 
 # %% ../../nbs/05_pdp_pmf.ipynb #pdp008
-def check_spec_params(f_c, f_m, eps_c, eps_m, eps_l) -> tuple:
-    "The generator's parameters as floats, or a ValueError naming the bad one (fractions in [0, 1] summing to <= 1; eps_c < eps_m < eps_l)."
+def check_spec_params(f_c, f_m, eps_c, eps_m, eps_l, given: tuple = ()) -> tuple:
+    """The generator's parameters as floats, or a ValueError naming the bad one (fractions in [0, 1] summing to <= 1;
+    eps_c < eps_m < eps_l); of two levels in the wrong order it leads with the one in `given` (the one the user set)."""
     f_c, f_m = check_float("f_c", f_c, 0.0, 1.0), check_float("f_m", f_m, 0.0, 1.0)
     if f_c + f_m > 1 + 1e-12: raise ValueError(f"f_c + f_m = {f_c + f_m:g} must be <= 1 (f_c={f_c:g}, f_m={f_m:g})")
     eps_c, eps_m, eps_l = check_positive("eps_c", eps_c), check_positive("eps_m", eps_m), check_positive("eps_l", eps_l)
-    if not eps_c < eps_m: raise ValueError(f"eps_c={eps_c:g} must be < eps_m={eps_m:g} (need eps_c < eps_m < eps_l)")
-    if not eps_m < eps_l: raise ValueError(f"eps_m={eps_m:g} must be < eps_l={eps_l:g} (need eps_c < eps_m < eps_l)")
+    for (lo, a), (hi, b) in ((("eps_c", eps_c), ("eps_m", eps_m)), (("eps_m", eps_m), ("eps_l", eps_l))):
+        if a < b: continue
+        why = "(need eps_c < eps_m < eps_l)"
+        raise ValueError(f"{hi}={b:g} must be > {lo}={a:g} {why}" if hi in given and lo not in given else f"{lo}={a:g} must be < {hi}={b:g} {why}")
     return f_c, f_m, eps_c, eps_m, eps_l
 
 def expected_mean_epsilon(f_c=0.54, f_m=0.37, eps_c=0.1, eps_m=0.2, eps_l=1.0) -> float:
@@ -139,9 +142,10 @@ def unit_rows(n: int, d: int, seed=0) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 def pmf_gd(ratings: Ratings, d: int = 20, lam_u: float = 0.01, lam_v: float = 0.01, gamma: float = 50.0,
-           k1: int = 50, seed=0, project: bool = False) -> tuple[np.ndarray, np.ndarray]:
+           k1: int = 50, seed=0, project: bool = False, capped: list | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Alg. 2 lines 1-13: k1 full-batch steps of Eqs. (2)-(5) from unit rows, step gamma/|Omega| capped per row;
-    `project`: scale U's rows back to norm <= 1 after every step (instead of clipping once at the end)."""
+    `project`: scale U's rows back to norm <= 1 after every step (instead of clipping once at the end); `capped`: a list
+    that gets, at each step, the share of the rows (users and items) whose step the cap set."""
     d, k1, gamma = check_int("d", d, 1), check_int("k1", k1, 1), check_positive("gamma", gamma)
     lam_u, lam_v = check_positive("lam_u", lam_u), check_positive("lam_v", lam_v)
     g = generator(seed)
@@ -154,6 +158,7 @@ def pmf_gd(ratings: Ratings, d: int = 20, lam_u: float = 0.01, lam_v: float = 0.
         mf_gradient(user, item, r, U, V, b, c, 0.0, lam_u, lam_v, 0.0, False, False, gU, gV, gb, gc)   # Eqs. (4)-(5)
         su = np.minimum(step, 1 / (k_u * (V * V).sum(1).max() + lam_u))   # cap: <= 1/lambda_max of each row's Hessian
         sv = np.minimum(step, 1 / (k_v * (U * U).sum(1).max() + lam_v))
+        if capped is not None: capped.append(float((su < step).sum() + (sv < step).sum()) / max(len(su) + len(sv), 1))
         U -= su[:, None] * gU; V -= sv[:, None] * gV
         if project: U = clip_rows(U)
     return U, V
@@ -241,15 +246,41 @@ class _PMFObjective(Mechanism):
         r = float(train.rating_max) if self.sensitivity == "r_max" else float(train.rating_max) - float(train.rating_min)
         return self.max_norm * r
 
-    def step1(self, kept: Ratings, U=None, V=None):
-        "U (rows clipped to max_norm) and the starting V of the perturbed phase; plain PMF by Alg. 2 lines 1-13 unless given."
-        if U is None: U, V = pmf_gd(kept, self.d, self.reg_u, self.reg_v, self.lr, self.pmf_epochs, self.rng(0))
+    def step1(self, kept: Ratings, U=None, V=None, capped: list | None = None):
+        "U (rows clipped to max_norm) and the starting V of the perturbed phase; plain PMF by Alg. 2 lines 1-13 unless given (`capped`: as `pmf_gd`'s)."
+        if U is None: U, V = pmf_gd(kept, self.d, self.reg_u, self.reg_v, self.lr, self.pmf_epochs, self.rng(0), capped=capped)
         V0 = np.zeros((kept.n_items, self.d)) if self.v_init == "zero" or V is None else np.asarray(V, np.float64)
         return clip_rows(U, self.max_norm), V0
 
     def m_epsilon(self, eps: float) -> float:
         "The pure-DP level of the perturbed phase whose noise is calibrated to eps: eps (one eta) or k2 eps (fresh eta)."
         return eps if self.noise == "fixed" else self.epochs * eps
+
+    def work(self, train: Ratings) -> dict:
+        "Multiply-adds: the base estimate (each count x ratings x d), each step's pass over the rows, and the closed form's d x d systems (d^2 a rating, d^3 an item)."
+        out, d, rows = Mechanism.work(self, train), float(self.d), train.n_users + train.n_items
+        out["pmf_epochs"] = out.get("pmf_epochs", 0.0) + self.pmf_epochs * rows * d
+        if self.solver == "closed": out["d"] = out.get("d", 0.0) + len(train) * d * d + train.n_items * d ** 3
+        return out
+
+    def gd_capped(self, ratings: Ratings, U) -> list:
+        "The share of the items whose step the cap sets in each of the k2 steps of the gradient phase (solver 'gd'), as `dp_item_factors` caps it."
+        if self.solver != "gd" or not ratings.n_items: return []
+        asked = self.lr / max(len(ratings), 1)
+        return [float((gd_step_sizes(ratings, U, self.reg_v) < asked).mean())] * self.epochs
+
+    def capped(self, shares: list, n_ratings: int) -> tuple[dict, dict, list]:
+        """(params, history, notes) of the cap on the step. `lr_capped` (params, public): lr / |Omega| >= 1/min(reg_u, reg_v),
+        above every row's cap 1/(k_i max ||v||^2 + lambda) <= 1/lambda, so every step ran at its cap and a larger lr changes
+        nothing; then a note for `dpmf fit` to print. The history has the share of row steps the cap set, whatever lr (it
+        reads U's training: not covered, and not printed)."""
+        step, top = self.lr / max(n_ratings, 1), 1 / min(self.reg_u, self.reg_v)
+        history = dict(lr_capped=float(np.mean(shares)) if shares else 0.0)
+        if step < top: return dict(lr_capped=False), history, []
+        lr = getattr(self, "_typed", {}).get("lr", "lr")   # as the user typed it (gamma, Zhang et al.'s)
+        return dict(lr_capped=True), history, [f"{lr}={show(self.lr)} was capped: the step {lr} / |Omega| = {step:.3g} is above 1/min(reg_u, "
+                                               f"reg_v) = {top:.3g}, which bounds each row's cap 1/(k_i max ||v||^2 + lambda), the largest "
+                                               f"stable step, so every step ran at its cap and a larger {lr} changes nothing"]
 
 # %% ../../nbs/05_pdp_pmf.ipynb #pdp050
 @register_mechanism("dp-pmf")
@@ -299,8 +330,8 @@ def privacy_events(self: DPPMF, train: Ratings) -> Release:
     return Release((("objective perturbation", PureDpEvent(m)),), "pure", dict(
         steps=False, released=("V",), unit="rating", delta=0.0, coverage="conditional", neighbouring="replace",
         condition=f"given U{_V0(self)}, trained without noise on the same ratings and not released",
-        scope=f"for V given U ({nb}); U is trained without noise on the same ratings and not covered{start}; "
-              "no finite epsilon under add/remove",
+        scope=f"for V given U ({nb}); U is trained without noise on the same ratings and not covered{start}, nor is the "
+              "share of row steps the cap set (the history's lr_capped), which reads it; no finite epsilon under add/remove",
         method=f"objective perturbation (Zhang et al. Thm 4 = Hua et al. Scenario 1), L2-Laplace noise, Delta = {Delta:g}, {how}",
         notes=(f"solver={self.solver}, noise={self.noise}" + (f"; epochs (k2)={self.epochs} steps at eps={self.epsilon:g}: {m:g} pure, "
                f"{pld:.4g} at delta=1e-5 (PLD)" if pld is not None else ""))))
@@ -308,11 +339,13 @@ def privacy_events(self: DPPMF, train: Ratings) -> Release:
 @patch
 def _fit(self: DPPMF, train: Ratings, progress: bool = False, U=None, V=None) -> Factors:
     "Fit on `train`; `U`, `V` (from step 1) skip step 1."
-    t0 = time.perf_counter()
-    U, V0 = self.step1(train, U, V)
+    t0, shares = time.perf_counter(), []
+    U, V0 = self.step1(train, U, V, shares)
     Vbar = dp_item_factors(train, U, V0, self.epsilon, self.Delta(train), self.reg_v, self.lr, self.epochs,
                            self.solver, self.noise, self.rng(1))
-    return Factors(U=U, V=Vbar, history=[dict(stage="dp-pmf", seconds=time.perf_counter() - t0)], privacy=self.privacy_events(train))
+    params, capped, notes = self.capped(shares + self.gd_capped(train, U), len(train))
+    return Factors(U=U, V=Vbar, history=[dict(stage="dp-pmf", **capped, seconds=time.perf_counter() - t0)], privacy=self.privacy_events(train),
+                   params=params, notes=notes)
 
 # %% ../../nbs/05_pdp_pmf.ipynb #pdp053
 @register_mechanism("pdp-pmf")
@@ -347,7 +380,8 @@ class PDPPMF(_PMFObjective):
                  epsilon: Positive | None = None,  # a target: t is set so the worst rating gets epsilon (needs dropped='zero')
                  unit: Unit("rating") = "rating"):  # per rating only (the report adds the per-user value by group privacy)
         "t (a name or a number) and the conditions between parameters are checked here; the rest by the base class."
-        check_spec_params(self.f_c, self.f_m, self.epsilon_c, self.epsilon_m, self.epsilon_l)   # f_c + f_m <= 1, eps_c < eps_m < eps_l
+        check_spec_params(self.f_c, self.f_m, self.epsilon_c, self.epsilon_m, self.epsilon_l,   # f_c + f_m <= 1, eps_c < eps_m < eps_l
+                          given=tuple(k.replace("epsilon_", "eps_") for k in self._given))
         self.threshold = check_choice("threshold", threshold, THRESHOLDS) if isinstance(threshold, str) else check_positive("threshold", threshold)
         if epsilon is not None: self._target(epsilon)
         self._resolve_solver()
@@ -359,8 +393,11 @@ class PDPPMF(_PMFObjective):
         return pdp_privacy_spec(train, self.f_c, self.f_m, self.epsilon_c, self.epsilon_m, self.epsilon_l, self.rng(2))
 
     def threshold_for(self, spec: PrivacySpec) -> float:
-        "t for `spec`, checked against [min eps_ij, max eps_ij]."
-        return resolve_threshold(spec, self.threshold, expected_mean_epsilon(self.f_c, self.f_m, self.epsilon_c, self.epsilon_m, self.epsilon_l))
+        "t for `spec`, checked against [min eps_ij, max eps_ij]; a t that a target `epsilon` set is refused naming epsilon."
+        try: return resolve_threshold(spec, self.threshold, expected_mean_epsilon(self.f_c, self.f_m, self.epsilon_c, self.epsilon_m, self.epsilon_l))
+        except ValueError as e:
+            if self.epsilon is None: raise
+            raise ValueError(f"epsilon={show(self.epsilon)} sets the threshold, and {str(e).replace('t=', 't = ', 1)}") from None
 
 # %% ../../nbs/05_pdp_pmf.ipynb #3337d241
 PDPPMF.card = Card(paper="pdp",
@@ -403,7 +440,8 @@ def privacy_events(self: PDPPMF, train: Ratings, spec: PrivacySpec, t: float) ->
     note = covered.pop("method_note", "")
     return Release((("sampling, then objective perturbation (worst rating)", PureDpEvent(covered.pop("epsilon"))),), "pure", dict(
         steps=False, released=("V",), unit="rating", neighbouring="replace", **covered,
-        scope=f"personalized, for V given U ({nb}); U is trained without noise on the sample and not covered; "
+        scope=f"personalized, for V given U ({nb}); U is trained without noise on the sample and not covered, nor is the share "
+              "of row steps the cap set (the history's lr_capped), which reads it; "
               "no finite epsilon under add/remove" + ("" if self.dropped == "zero" else "; no amplification by the sampling")
               + "; by the paper's design the threshold t (t_value), the sampled share (kept_fraction) and the per-rating "
               "ranges printed are read from the per-rating levels ε_ij drawn for the training ratings: functions of the "
@@ -457,11 +495,14 @@ def _fit(self: PDPPMF, train: Ratings, progress: bool = False, spec: PrivacySpec
     if len(spec) != len(train): raise ValueError(f"spec has {len(spec)} levels but train has {len(train)} ratings")
     t = self.threshold_for(spec)
     keep = pdp_sample(spec, t, self.rng(3)) if keep is None else np.asarray(keep, bool)
-    U, V0 = self.step1(train.take(keep), U, V)
-    Vbar = dp_item_factors(sampled_ratings(train, keep, self.dropped), U, V0, t, self.Delta(train), self.reg_v,
+    shares = []
+    U, V0 = self.step1(train.take(keep), U, V, shares)
+    kept = sampled_ratings(train, keep, self.dropped)
+    Vbar = dp_item_factors(kept, U, V0, t, self.Delta(train), self.reg_v,
                            self.lr, self.epochs, self.solver, self.noise, self.rng(1))
-    return Factors(U=U, V=Vbar, history=[dict(stage="pdp-pmf", t=t, kept=float(keep.mean()), seconds=time.perf_counter() - t0)],
-                   privacy=self.privacy_events(train, spec, t), params=dict(t_value=t, kept_fraction=float(keep.mean())))
+    params, capped, notes = self.capped(shares + self.gd_capped(kept, U), len(train))
+    return Factors(U=U, V=Vbar, history=[dict(stage="pdp-pmf", t=t, kept=float(keep.mean()), **capped, seconds=time.perf_counter() - t0)],
+                   privacy=self.privacy_events(train, spec, t), params=dict(t_value=t, kept_fraction=float(keep.mean()), **params), notes=notes)
 
 # %% ../../nbs/05_pdp_pmf.ipynb #pdp060
 READINGS = {"(a) closed form": dict(noise="fixed", solver="closed"), "(a) gradient steps": dict(noise="fixed", solver="gd"),

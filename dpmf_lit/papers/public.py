@@ -13,7 +13,7 @@ from fastcore.basics import patch
 from ..core.checks import Choice, Float, Fraction, Int, Positive, check_float
 from ..data import Ratings
 from ..core.kernels import als_sweep, to_csr
-from ..model.mechanism import Factors, Mechanism, register_mechanism
+from ..model.mechanism import Above, Factors, Mechanism, register_mechanism
 from dp_accounting import GaussianDpEvent, SelfComposedDpEvent
 from ..core.privacy import NEIGHBOURING, PrivacyReport, Release, Unit, gaussian_epsilon, gaussian_release, gaussian_sigma_analytic
 from ..model.linalg import clip_rows
@@ -88,6 +88,7 @@ class DPBiasFeatures(Mechanism):
     "dp-bias's released item offsets c_j, plus each user's ridge on [1, x_j, c_j] on the device; optionally a DP prior for that ridge."
     test_params = dict(max_ratings=20)
     aliases = {"tau": "max_ratings"}
+    applies = {"max_norm": ("prior_share", Above(0))}   # B clips the coefficients of the prior: with s = 0 there is none
     symbols = {**DPBiases.symbols, "reg_features": "$\\lambda_w$", "prior_share": "$s$", "max_norm": "$B$"}
     def __init__(self,
                  epsilon: Positive = 1.0,        # target ε per user of everything released

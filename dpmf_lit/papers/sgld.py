@@ -20,7 +20,7 @@ from ..core.privacy import NEIGHBOURING, PureDpEvent, Release, Unit
 from ..core.kernels import (GOLDEN, JIT, hash_below, mix64, PREFETCH_AHEAD, als_sweep, fresh_normals, numba_threads,
                               predict_kernel, prefetch_item, prefetch_row, prepare_sgd_blocks, stratum_block, to_csr)
 from ..model.mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
-from ..model.mf import cache_blocks, local_grid, rmse
+from ..model.mf import cache_blocks, grid_terms, local_grid, rmse
 from ..model.testing import M64, below_reference, mix64_reference
 from ..model.cards import Card, Contender, grid_of
 
@@ -335,10 +335,15 @@ def _start(self: SGLD, train: Ratings, p: dict):
 
 @patch
 def work(self: SGLD, train: Ratings) -> dict:
-    "The base estimate plus each user's local ridge fit, a (d+1) x (d+1) solve: d^3 per user, credited to d."
+    "The base estimate, each user's local ridge fit (a (d+1) x (d+1) solve: d^3 per user, credited to d) and the visits of the block grid (`grid_terms`)."
     out = Mechanism.work(self, train)
     out["d"] = out.get("d", 0.0) + train.n_users * float(self.d + 1) ** 3
-    return out
+    return {**out, **grid_terms(self, train, self.epochs)[0]}
+
+@patch
+def memory_bytes(self: SGLD, train: Ratings) -> int:
+    "The factors and the block grid's set-up (`grid_terms`)."
+    return Mechanism.memory_bytes(self, train) + grid_terms(self, train, self.epochs)[1]
 
 # %% ../../nbs/07_sgld.ipynb #56bd5a06
 @patch
@@ -370,7 +375,7 @@ def _fit(self: SGLD, train: Ratings, progress: bool = False,
             if on_epoch is not None: on_epoch(t, U, V, b, c)
             history.append(rec)
     U, b = local_user_fit(train, V, c, p["mu"], self.reg_local)
-    return Factors(U, V, b, c, p["mu"], history, self.privacy_events(train, p=p, w=w), params=_public(p))
+    return Factors(U, V, b, c, p["mu"], history, self.privacy_events(train, p=p, w=w), params=_public(p), notes=_capped_note(self, p))
 
 # %% ../../nbs/07_sgld.ipynb #9efc508c
 def _rmse(U, V, b, c, mu, r: Ratings) -> float:
@@ -379,6 +384,14 @@ def _rmse(U, V, b, c, mu, r: Ratings) -> float:
 
 def _public(p: dict) -> dict:
     return {"mean": p["mu"], **{k: p[k] for k in ("B", "K", "gamma", "eta", "lr_capped", "prior_std", "threads", "blocks")}}
+
+def _capped_note(self: SGLD, p: dict) -> list[str]:
+    "The note `dpmf fit` prints when the cap set η (public numbers: the parameters, γ and the cap)."
+    if not p["lr_capped"]: return []
+    asked = 2 * self.lr / (p["gamma"] * self.likelihood_precision)
+    return [f"lr={show(self.lr)} was capped: it asks for the Langevin step eta = 2 lr/(gamma lambda_r) = {asked:.4g}, above "
+            f"1/lambda_max = {p['eta']:.4g} of the prior precisions, the largest stable step, so eta = {p['eta']:.4g} ran and a "
+            "larger lr changes nothing"]
 
 def local_user_fit(train: Ratings,  # each user's own ratings (all of them: the fit stays on the user's side)
                    V: np.ndarray,   # the released item factors (n_items, d)

@@ -22,10 +22,10 @@ from ..model.mechanism import Factors, Mechanism, PrivacyReport, register_mechan
 from ..model.cards import Card, Contender, grid_of
 
 # %% auto #0
-__all__ = ['MODES', 'WEIGHTS', 'user_rows', 'local_factor', 'eq4_direct', 'e_step', 'm_step', 'm_step_lowrank', 'm_step_top',
-           'objective', 'trace_weights', 'item_means', 'fit_sigma', 'soft_impute', 'pmd_swaps', 'pmd_candidates',
-           'pmd_response', 'pmc_response', 'laplace_response', 'exact_response', 'sslp_constant', 'sslp_response',
-           'XinPublicPrivate', 'holdout_rows', 'inference_measures']
+__all__ = ['MODES', 'WEIGHTS', 'XIN_USER', 'user_rows', 'local_factor', 'eq4_direct', 'e_step', 'm_step', 'm_step_lowrank',
+           'm_step_top', 'objective', 'trace_weights', 'item_means', 'fit_sigma', 'soft_impute', 'pmd_swaps',
+           'pmd_candidates', 'pmd_response', 'pmc_response', 'laplace_response', 'exact_response', 'sslp_constant',
+           'sslp_response', 'XinPublicPrivate', 'holdout_rows', 'inference_measures']
 
 # %% ../../nbs/08_public_private.ipynb #959aa188
 def user_rows(r: Ratings) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -228,7 +228,9 @@ class XinPublicPrivate(Mechanism):
     overflow_hint = "raise reg={reg}"
     aliases = {"lam": "reg"}   # Xin & Jaakkola's λ′
     symbols = {"d": "$d$", "reg": "$\\lambda'$", "epsilon": "$\\epsilon$", "epochs": "EM iterations"}
-    applies = {"epsilon": ("mode", ("laplace", "sslp")), "sweeps": ("mode", ("pmd",)), "zeta": ("trace", ("weighted",))}
+    applies = {"epsilon": ("mode", ("laplace", "sslp")), "sweeps": ("mode", ("pmd",)), "zeta": ("trace", ("weighted",)),
+               **{k: ("mode", ("pmd", "pmc", "laplace", "sslp", "exact")) for k in ("weight", "batch")},   # the responses' M-steps
+               "n_private": ("mode", ("pmd", "pmc", "laplace", "sslp", "exact", "full-em"))}               # 'local': nobody responds
 
     def __init__(self,
                  public: Float(0, 1, low_open=True) = 0.01,  # share of users who are public, in (0, 1]
@@ -241,7 +243,7 @@ class XinPublicPrivate(Mechanism):
                  weight: Float(0, 1, low_open=True) | None = 0.5,  # weight of a private response in the M-step, in (0, 1]; None: by validation
                  batch: Int(1) = 20,        # responses between server updates
                  epsilon: Positive = 1.0,   # ε: per entry for 'laplace', per user (whole vector) for 'sslp'
-                 sweeps: Int(0) = 3,        # PMD: passes of greedy swaps
+                 sweeps: Int(0) = 3,        # PMD: passes of greedy swaps (0: none, each coordinate uniform on the scale)
                  trace: Choice("uniform", "weighted") = "uniform",  # trace norm of the public EM: 'uniform' or 'weighted'
                  zeta: Float(0, 1) = 0.1,   # smoothing of the weighted trace norm's marginals, in [0, 1]
                  seed: Int(0) | None = None,  # None: secret, from the OS; else the EM start, public draw, responses, validation split
@@ -367,6 +369,31 @@ def _fit(self: XinPublicPrivate, train: Ratings, progress: bool = False) -> Fact
     return Factors(U=Uall, V=V, user_bias=np.zeros(train.n_users), item_bias=mu, mean=0.0, history=history,
                    privacy=self.privacy_events(train, m), params=dict(n_public=len(pub), n_responses=len(priv) if self.mode != "local" else 0,
                                                        weight=weight, validation=scores))
+
+# %% ../../nbs/08_public_private.ipynb #f9adfdc3
+XIN_USER = 100_000   # multiply-adds (a nanosecond each) one user's solve costs in Python, besides its d^3
+
+@patch
+def work(self: XinPublicPrivate, train: Ratings) -> dict:
+    "Multiply-adds, roughly: the EM and the final completion (a solve a user), each response, each batch's SVD, PMD's swaps."
+    n, m, d = train.n_users, train.n_items, float(self.d)
+    solve, n_pub = XIN_USER + d ** 3, min(n, math.ceil(self.public * n))
+    n_priv = 0 if self.mode == "local" else n - n_pub if self.n_private is None else min(self.n_private, n - n_pub)
+    out = {"epochs": self.epochs * ((n_pub + (n_priv if self.mode == "full-em" else 0)) * solve + len(train) * d * d), "d": n * solve}
+    if self.mode in ("local", "full-em"): return out
+    rows = n_pub + n_priv
+    out.update(n_private=n_priv * (XIN_USER + m * d), batch=math.ceil(n_priv / self.batch) * (n_pub * solve + 10.0 * rows * m * min(rows, m)))
+    if self.mode == "pmd": out["sweeps"] = 30.0 * n_priv * self.sweeps * m   # 3 tries a coordinate and sweep
+    return out if self.weight is not None else {k: v * (1 + len(WEIGHTS)) for k, v in out.items()}
+
+@patch
+def memory_bytes(self: XinPublicPrivate, train: Ratings) -> int:
+    "The factors, and the dense float64 matrices of the EM's start (public users x items, twice) and of a batch's SVD (three of (public + responses) x items)."
+    n, m = train.n_users, train.n_items
+    n_pub = min(n, math.ceil(self.public * n))
+    n_priv = 0 if self.mode == "local" else n - n_pub if self.n_private is None else min(self.n_private, n - n_pub)
+    em = n_pub + (n_priv if self.mode == "full-em" else 0)
+    return Mechanism.memory_bytes(self, train) + 8 * m * max(2 * em, 0 if self.mode in ("local", "full-em") else 3 * (n_pub + n_priv))
 
 # %% ../../nbs/08_public_private.ipynb #03c38a37
 def inference_measures(train: Ratings, public: float = 0.2, n_private: int = 100, d: int = 5, lam: float = 0.03, seed: int = 0) -> dict:
