@@ -515,15 +515,10 @@ def test_scale_and_columns_are_for_a_file(tmp_path):
         assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
 
 
-def test_fit_report_says_it_is_loading_a_large_file(monkeypatch, tmp_path):
+def test_fit_report_says_it_is_loading_a_large_file(heartbeats, tmp_path):
     "A file that takes a while to load shows a line on a terminal (progress=True), as the fit itself does."
     from dpmf_lit.cli import main as cli
-    import contextlib
-    seen = []
-    @contextlib.contextmanager
-    def recording(desc, enabled=True, **kw):
-        seen.append((desc, enabled)); yield
-    monkeypatch.setattr("dpmf_lit.model.mechanism.heartbeat", recording)
+    seen = heartbeats
     f = tmp_path / "r.csv"
     f.write_text("user,item,rating\n" + "".join(f"{u},{i},{(u + i) % 5 + 1}\n" for u in range(30) for i in range(20)))
     cli.fit_report("global-mean", str(f), options={"scale": "1,5"}, progress=True)

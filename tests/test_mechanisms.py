@@ -306,15 +306,9 @@ def test_a_fitted_model_scores_itself(name, split):
     with pytest.raises(ValueError, match="data must be a Ratings object"): fit.rmse(test.rating)
 
 
-def test_every_fit_shows_a_heartbeat_on_a_terminal(split, monkeypatch):
+def test_every_fit_shows_a_heartbeat_on_a_terminal(split, heartbeats):
     "`progress=True` (dpmf fit on a terminal): every mechanism's fit runs inside the heartbeat, not only those with a bar of their own."
-    from dpmf_lit.model import mechanism
-    import contextlib
-    seen = []
-    @contextlib.contextmanager
-    def recording(desc, enabled=True, **kw):
-        seen.append((desc, enabled)); yield
-    monkeypatch.setattr(mechanism, "heartbeat", recording)
+    seen = heartbeats
     train, _ = split
     for name in NAMES:
         seen.clear()
