@@ -76,7 +76,8 @@ def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
     if _log_gaussian_delta(z, 0.0) <= math.log(d): return 0.0
     hi = 1.0
     while _log_gaussian_delta(z, hi) > math.log(d):
-        if hi > 1e300: raise ValueError(f"noise_multiplier={z:g}: its epsilon at delta={d:g} exceeds 1e300 (the noise is negligible)")
+        if hi > 1e300:   # a message without `name=`: a mechanism calling this names its own parameter (an overflow's hint)
+            raise ValueError(f"the epsilon of noise multiplier {z:g} at delta {d:g} overflows (above 1e300: the noise is negligible)")
         hi *= 2
     return optimize.brentq(lambda e: _log_gaussian_delta(z, e) - math.log(d), 0.0, hi, xtol=1e-14, rtol=1e-13) * (1 + 1e-12)
 
