@@ -1007,7 +1007,11 @@ def test_a_scale_read_from_the_data_is_named_in_the_privacy_report(tmp_path, cap
     f = write(tmp_path / "ratings.csv", rows)
     read, given = load_dataset(f), load_dataset(f, scale=(1, 5))
     for mech, params in (("dp-bias", {"epsilon": 1.0, "seed": 0}), ("dpals", {"epsilon": 1.0, "seed": 0, "epochs": 1})):
-        scope = get_mechanism(mech)(**params).fit(read).privacy.scope
-        assert "the rating scale [1, 5] was read from the data" in scope and "not covered" in scope, scope
-        assert "rating scale" not in get_mechanism(mech)(**params).fit(given).privacy.scope
+        report = get_mechanism(mech)(**params).fit(read).privacy
+        assert "the rating scale [1, 5] was read from the data" in report.scope and "not covered" in report.scope, report.scope
+        assert report.coverage == "conditional" and report.summary().startswith(
+            "if the rating scale [1, 5], read from the data, is public"), report.summary()   # the headline leads with it
+        declared = get_mechanism(mech)(**params).fit(given).privacy
+        assert "rating scale" not in declared.scope and "rating scale" not in declared.summary()
+        assert declared.coverage == "end-to-end" and "end to end" in declared.guarantee()
     assert "rating scale" not in get_mechanism("pmf")(epochs=1).fit(read).privacy.scope   # non-private: no guarantee to qualify

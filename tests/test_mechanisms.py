@@ -319,11 +319,19 @@ def test_every_fit_shows_a_heartbeat_on_a_terminal(split, heartbeats):
 def test_the_heartbeat_counts_seconds_after_its_delay(capsys):
     import time
     from dpmf_lit.model.mechanism import heartbeat
-    with heartbeat("slow: fitting", delay=0.05, every=0.05): time.sleep(0.4)
-    assert "slow: fitting: 00:00 elapsed" in capsys.readouterr().err
+    import re
+    def until_said(what: str) -> str:     # waits (up to 20 s) for the thread to speak: no wall-clock time is asserted
+        err = ""
+        for _ in range(400):
+            time.sleep(0.05); err += capsys.readouterr().err
+            if what in err: break
+        return err
+    with heartbeat("slow: fitting", delay=0.05, every=0.05): err = until_said("slow: fitting:")
+    err += capsys.readouterr().err       # and the line's erasure, at the end
+    assert re.search(r"slow: fitting: \d\d:\d\d elapsed", err), err
     with heartbeat("quick: fitting", delay=5): pass      # a step that ends before the delay prints nothing
     assert capsys.readouterr().err == ""
     with heartbeat("outer", delay=0.05, every=0.05):
-        with heartbeat("inner", delay=0.0, every=0.05): time.sleep(0.3)   # a fit inside a fit: one line, the outer one
-    err = capsys.readouterr().err
-    assert "outer: 00:00 elapsed" in err and "inner" not in err
+        with heartbeat("inner", delay=0.0, every=0.05): err = until_said("outer:")   # a fit inside a fit: one line, the outer one
+    err += capsys.readouterr().err
+    assert re.search(r"outer: \d\d:\d\d elapsed", err) and "inner" not in err, err

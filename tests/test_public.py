@@ -104,6 +104,15 @@ def test_dpals_with_public_features_keeps_its_report_and_default(data):
     np.testing.assert_array_equal(cmf.V[:, 2:], data.item_features.X)   # the public part of V is the features themselves
 
 
+def test_dpals_refuses_public_features_on_ratings_without_them(data):
+    from dataclasses import replace
+    bare, D = replace(data, item_features=None), get_mechanism("dpals")
+    for params, name in (({"feature_weight": 100.0}, "feature_weight=100.0"), ({"local_features": True}, "local_features=True")):
+        with pytest.raises(ValueError, match=f"^{name} needs public item features, and the ratings .* have none"):
+            D(seed=0, d=2, **params).fit(bare)
+    assert D(seed=0, d=2).fit(bare).V.shape[1] == 2      # the default needs none
+
+
 def test_command_line_user_features_prints_a_zero_report():
     p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main", "fit", "user-features", "--dataset", "ml-100k", "--json"],
                        capture_output=True, text=True, timeout=600)

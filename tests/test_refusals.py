@@ -233,9 +233,11 @@ def test_the_work_estimate_counts_block_visits():
 @pytest.mark.parametrize("name", ["pmf", "sgld"])
 def test_an_absurd_grid_is_refused_before_any_work_naming_blocks(name):
     r = synthetic(300, 200, 6000, seed=3)
-    for typed in ("blocks", "threads"):
-        with pytest.raises(ValueError, match=rf"^({re.escape(name)} with )?{typed}=10000000 .*lower {typed}"):
-            MECHANISMS[name](**{typed: 10**7}).fit(r)
+    for typed, value in (("blocks", 40_000), ("threads", 10**7)):     # blocks within its bounds, so the estimate refuses it
+        with pytest.raises(ValueError, match=rf"^({re.escape(name)} with )?{typed}={value} .*lower {typed}"):
+            MECHANISMS[name](**{typed: value}).fit(r)
+    with pytest.raises(ValueError, match=r"^blocks=46341 must be an integer in \[1, 46340\]"):   # G x G keys past int32
+        MECHANISMS[name](blocks=46_341)
 
 
 def test_every_committed_grid_stays_far_under_the_limit():

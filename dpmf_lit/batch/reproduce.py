@@ -23,8 +23,8 @@ from ..core.settings import PROFILES, Settings, load_settings
 
 # %% auto #0
 __all__ = ['KERNEL', 'SMOKE_CELL_TIMEOUT', 'MODULES_FILE', 'BLAS_THREADS', 'image_problem', 'one_line', 'run_entry', 'Outcome',
-           'Summary', 'cell_timeout', 'missing_data', 'connect_scheduler', 'check_kernel', 'check_outputs_writable',
-           'reproduce', 'diff_summary']
+           'Summary', 'cell_timeout', 'missing_data', 'connect_scheduler', 'check_kernel', 'check_writable',
+           'check_outputs_writable', 'reproduce', 'diff_summary']
 
 # %% ../../nbs/92_reproduce.ipynb #c1f1fe73
 KERNEL = "python3"               # papermill kernel (`python -m ipykernel install --sys-prefix --name python3`)
@@ -424,16 +424,19 @@ def _run(todo, profile, settings, jobs, dask, hashes, progress, published) -> li
     return [done[e.id] for e, _ in todo]
 
 # %% ../../nbs/92_reproduce.ipynb #c7481d7c
+def check_writable(folder, what: str, shown=None) -> None:
+    "Create `folder` and write a file in it, or refuse naming it as `what` (and `shown`, the path the user gave, if not `folder`)."
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".dpmf-write-test-"): pass
+    except OSError as e: raise ValueError(f"{what} {str(shown or folder)!r} cannot be written: {e.strerror or e}") from None
+
 def check_outputs_writable(settings: Settings, profile: str) -> None:
     "Refuse, before any work, a folder the batch writes (figures, the results file's, the build folder) that cannot be written."
     folders = (("the figures folder (figures_dir, --figures-dir)", settings.figures_dir),
                ("the results file's folder (results_file)", Path(settings.results_file).parent),
                ("the build folder (build_dir, --build-dir)", settings.build_dir / profile))
-    for what, folder in folders:
-        try:
-            Path(folder).mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=folder, prefix=".dpmf-write-test-"): pass
-        except OSError as e: raise ValueError(f"{what} {str(folder)!r} cannot be written: {e.strerror or e}") from None
+    for what, folder in folders: check_writable(folder, what)
 
 
 # %% ../../nbs/92_reproduce.ipynb #5ee42ade

@@ -12,7 +12,7 @@ __all__ = ['FILE_OPTIONS', 'NOT_COVERED_STUDY', 'settings_from_args', 'add_file_
 import argparse, json, os, shutil, sys
 from pathlib import Path
 from ..records.experiment import parse_assignments, to_jsonable
-from ..batch.reproduce import reproduce
+from ..batch.reproduce import check_writable, reproduce
 from ..core.settings import PROFILES, load_settings
 
 # %% ../../nbs/93a_cli_commands.ipynb #5e7c1a20
@@ -36,7 +36,7 @@ def add_file_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale", metavar="LO,HI", default=None,
                    help="the rating scale of a plain user,item,rating[,timestamp] file, e.g. 1,5 (a rating outside it is refused "
                         "by its line); without it the scale is read from the data (its lowest and highest rating), which is then "
-                        "not public: the message and the privacy report say so")
+                        "not public: the message says so, and a private fit's guarantee is conditional on it")
     p.add_argument("--columns", metavar="U,I,R[,T]", default=None,
                    help="the user, item, rating (and timestamp) columns of a plain file: names of its header line "
                         "(userId,movieId,rating) or positions from 0 (0,1,2); default: the first three (or four)")
@@ -60,11 +60,8 @@ def _own_name(args, profile: str, dirty: bool) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in base) + ("-dirty" if dirty else "")
 
 def _writable(folder: Path, what: str) -> Path:
-    "`folder`'s parent, created, after a test write: an output folder that cannot be written is refused before the comparison runs."
-    try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        probe = folder.parent / f".dpmf-write-test-{os.getpid()}"; probe.write_bytes(b""); probe.unlink()
-    except OSError as e: raise ValueError(f"{what} {str(folder)!r} cannot be written: {e.strerror or e}") from None
+    "`folder`, once its parent is created and written: an output folder that cannot be written is refused before the comparison runs."
+    check_writable(folder.parent, what, shown=folder)
     return folder
 
 def _publish(tmp: Path, out: Path) -> None:

@@ -22,10 +22,10 @@ import dpmf_lit.core.settings   # noqa: F401  (sets the OpenMP wait policy befor
 from .grouping import group_by, take
 
 # %% auto #0
-__all__ = ['JIT', 'PREFETCH_AHEAD', 'GOLDEN', 'SUB_BUCKET', 'prefetch_row', 'prefetch_item', 'sgd_epoch', 'SGDBlocks', 'mix64',
-           'hash_below', 'shuffle_segments', 'scatter_by_key', 'prepare_sgd_blocks', 'sgd_block', 'stratum_block',
-           'sgd_epoch_parallel', 'numba_threads', 'mf_gradient', 'gd_step', 'to_csr', 'als_sweep', 'predict_kernel',
-           'fresh_normals']
+__all__ = ['JIT', 'PREFETCH_AHEAD', 'GOLDEN', 'SUB_BUCKET', 'MAX_GROUPS', 'prefetch_row', 'prefetch_item', 'sgd_epoch',
+           'SGDBlocks', 'mix64', 'hash_below', 'shuffle_segments', 'scatter_by_key', 'prepare_sgd_blocks', 'sgd_block',
+           'stratum_block', 'sgd_epoch_parallel', 'numba_threads', 'mf_gradient', 'gd_step', 'to_csr', 'als_sweep',
+           'predict_kernel', 'fresh_normals']
 
 # %% ../../nbs/01a_kernels.ipynb #14b3f908
 JIT = dict(cache=True, fastmath=True, boundscheck=False, nogil=True, error_model="numpy")
@@ -228,6 +228,7 @@ def _check_arrays(user, item, rating):
     return user, item, rating
 
 SUB_BUCKET = 2**14   # ratings per sub-bucket of the random layout's shuffle (fits in L2)
+MAX_GROUPS = 46_340  # the largest G whose G x G block keys fit an int32
 
 def prepare_sgd_blocks(user, item, rating, n_users: int, n_items: int, n_threads: int = 1, seed: int = 0,
                        n_groups: int | None = None, layout: str = "random") -> SGDBlocks:
@@ -236,7 +237,7 @@ def prepare_sgd_blocks(user, item, rating, n_users: int, n_items: int, n_threads
     user, item, rating = _check_arrays(user, item, rating)
     if n_threads < 1: raise ValueError(f"n_threads={n_threads} must be >= 1")
     G = n_threads if n_groups is None else n_groups
-    if G < 1: raise ValueError(f"n_groups={n_groups} must be >= 1")
+    if not 1 <= G <= MAX_GROUPS: raise ValueError(f"n_groups={G} must be in [1, {MAX_GROUPS}] (the G x G grid's block keys are int32)")
     if layout not in ("random", "user"): raise ValueError(f"layout={layout!r} must be 'random' or 'user'")
     if len(user) and (user.min() < 0 or user.max() >= n_users):
         raise ValueError(f"user codes must lie in [0, n_users={n_users})")

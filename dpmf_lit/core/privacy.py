@@ -26,7 +26,7 @@ __all__ = ['NEIGHBOURING', 'DEFAULT_ORDERS', 'COVERAGE', 'TIME_CLAUSE', 'GROUP_C
            'gaussian_rdp', 'laplace_rdp', 'pure_dp_rdp', 'rdp_to_dp', 'classic_noise_multiplier',
            'gaussian_epsilon_classic_optimum', 'gaussian_epsilon_exact', 'gaussian_epsilon_rdp',
            'dp_accounting_rdp_epsilon', 'dp_accounting_pld_epsilon', 'group_privacy', 'PrivacyReport', 'scale_clause',
-           'fit_randomness', 'check_unit', 'Unit', 'PureDpEvent', 'PrivacyAccountant', 'Release']
+           'scale_condition', 'fit_randomness', 'check_unit', 'Unit', 'PureDpEvent', 'PrivacyAccountant', 'Release']
 
 # %% ../../nbs/02_privacy.ipynb #7f6fdedf
 NEIGHBOURING = ("add_remove", "replace")
@@ -334,16 +334,28 @@ def scale_clause(rating_min: float, rating_max: float) -> str:
     return (f"the rating scale [{rating_min:g}, {rating_max:g}] was read from the data (its lowest and highest rating), not "
             "declared: every sensitivity takes it as public, and the scale itself is not covered (declare it to make it public)")
 
+def scale_condition(rating_min: float, rating_max: float) -> str:
+    "The condition a guarantee takes on when its rating scale was read from the data: every sensitivity assumes it public."
+    return f"if the rating scale [{rating_min:g}, {rating_max:g}], read from the data, is public"
+
+def _conditioned(report: PrivacyReport, condition: str) -> dict:
+    "The coverage fields of `report` with `condition` said first (before any condition it already had)."
+    had = report.condition.strip().rstrip(".; ") if report.coverage == "conditional" else ""
+    return dict(coverage="conditional", condition="; ".join(x for x in (condition, had) if x))
+
 def fit_randomness(report: PrivacyReport, seed, secret: bool, user_counts: np.ndarray | None = None, seeded: bool = True,
                    scale_read: tuple | None = None,   # (rating_min, rating_max) when the scale was read from the data
                    ) -> PrivacyReport:
     """`report` as a fit releases it: randomness 'secret' (a seed drawn from the OS for this fit, never stored) or 'public'
     (`seed`) for a mechanism that draws (`seeded`), and, for a per-rating guarantee, the per-user value by group privacy
     over the most ratings any user has. Its scope says what a fit prints that no guarantee covers: a rating scale read
-    from the data (`scale_read`), the wall time, and k."""
+    from the data (`scale_read`, which also makes the guarantee conditional on that scale being public), the wall time,
+    and k."""
     if report.method == "non-private": return report
     out = dict(randomness="secret" if secret else "public", seed=None if secret else seed) if seeded else {}
-    if scale_read is not None: out["scope"] = _with(report.scope, scale_clause(*scale_read))
+    if scale_read is not None:
+        out["scope"] = _with(report.scope, scale_clause(*scale_read))
+        if report.private: out.update(_conditioned(report, scale_condition(*scale_read)))
     if report.private and report.unit == "rating" and report.epsilon_user is None and user_counts is not None and len(user_counts):
         k = max(1, int(np.max(user_counts)))
         out["epsilon_user"], out["delta_user"] = group_privacy(report.epsilon, report.delta or 0.0, k)

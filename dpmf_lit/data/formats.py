@@ -606,7 +606,7 @@ def scale_message(source: str, lo: float, hi: float) -> str:
     "What a loader says when it reads the rating scale from the data."
     return (f"{source}: rating scale [{lo:g}, {hi:g}] read from the data (its lowest and highest rating); give scale=(LO, HI) "
             "(on the command line --scale LO,HI) if the scale is wider. The scale read from the data is not private: it is "
-            "computed from the ratings, no guarantee covers it, and a private fit's report says so")
+            "computed from the ratings, no guarantee covers it, and a private fit's guarantee is conditional on it")
 
 def _finish_delimited(raw, name, scale=None, on_duplicate="error") -> Ratings:
     "`Ratings` on the scale given, or on the data's own (said on stderr, and recorded as scale_source='data')."

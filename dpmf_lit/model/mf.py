@@ -18,7 +18,7 @@ from ..core.machine import cache_sizes
 from ..core.metrics import error_cdf, error_summary, mae, mean_error_increase, rms, rmse  # noqa: F401
 from typing import NamedTuple
 from ..core.kernels import (PREFETCH_AHEAD, SGDBlocks, als_sweep, gd_step, mf_gradient, numba_threads, predict_kernel,  # noqa: F401
-                              prefetch_item, prefetch_row, prepare_sgd_blocks, sgd_epoch, sgd_epoch_parallel, to_csr)
+                              prefetch_item, prefetch_row, prepare_sgd_blocks, sgd_epoch, sgd_epoch_parallel, to_csr, MAX_GROUPS)
 from .mechanism import (MECHANISMS, Factors, FittedModel, Mechanism, PrivacyReport,  # noqa: F401
                                 get_mechanism, mechanisms, register_mechanism)
 from .cards import Card, Contender, grid_of
@@ -58,7 +58,7 @@ class PMF(Mechanism):
                  init_std: Positive = 0.01,          # standard deviation of the initial profiles
                  lr_decay: Float(0, 1, low_open=True) | None = None,  # the step is multiplied by this after each epoch (None: the solver's)
                  layout: Choice("random", "user") = "user",  # SGD order inside a block: 'user' (user by user) or 'random'
-                 blocks: Int(1) | Choice("cache") | None = None):  # G of SGD's G x G grid (None: threads; 'cache': `cache_blocks`); fixes the result
+                 blocks: Int(1, MAX_GROUPS) | Choice("cache") | None = None):  # G of SGD's G x G grid (None: threads; 'cache': `cache_blocks`); fixes the result
         "The base class has checked and stored each parameter; ALS also needs reg > 0."
         if self.solver == "als" and self.reg == 0:
             raise ValueError(f"reg={show(reg)} must be > 0 for solver='als' (the normal equations need it)")

@@ -12,7 +12,7 @@ from dataclasses import replace
 import numba
 import numpy as np
 from fastcore.basics import patch
-from ..core.checks import Bool, Choice, Float, Fraction, Int, Positive, check_choice, check_fraction, check_int, check_positive
+from ..core.checks import Bool, Choice, Float, Fraction, Int, Positive, check_choice, check_fraction, check_int, check_positive, show
 from ..data import Ratings
 from ..core.kernels import als_sweep, to_csr
 from ..model.linalg import clip_rows, normal_equations
@@ -190,6 +190,14 @@ def privacy_events(self: DPALS, train: Ratings, z0: float, z: float) -> Release:
                           "analytic conversion (Balle & Wang 2018); the PrivacyAccountant's RDP bound: epsilon <= {rdp:.4g}"))
 
 # %% ../../nbs/10_dpals.ipynb #ace122e8
+def _check_features(self: DPALS, train: Ratings) -> None:
+    "Refuse `feature_weight` or `local_features` on ratings without public item features: either would do nothing."
+    if train.item_features is not None: return
+    for name, on in (("feature_weight", self.feature_weight > 0), ("local_features", self.local_features)):
+        if on: raise ValueError(f"{name}={show(getattr(self, name))} needs public item features, and the ratings "
+                                f"{train.name!r} have none: attach them (load_dataset(..., item_features=PATH); on the command "
+                                f"line --item-features PATH) or leave {name} at its default")
+
 def by_item(train: Ratings, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     "The ratings the boolean mask `kept` marks, grouped by item, in rating order within an item: (indptr, user, rating) — a stable counting sort of the kept positions."
     ptr, order = group_by(train.item, train.n_items, mask=kept)
@@ -201,6 +209,7 @@ def item_codes(indptr) -> np.ndarray:
 
 @patch
 def _fit(self: DPALS, train: Ratings, progress: bool = False) -> Factors:
+    _check_features(self, train)
     m0, lo, hi = public_mean(train, self.mean), train.rating_min, train.rating_max
     clip_r = (hi - lo) / 2 if self.clip_rating is None else self.clip_rating
     z0, z = noise_multipliers(self.epsilon, self.delta, self.epochs, self.count_share)

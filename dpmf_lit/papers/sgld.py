@@ -18,7 +18,7 @@ from ..core.checks import Check, Choice, Float, Int, Positive, check_choice, che
 from ..data import Ratings
 from ..core.privacy import NEIGHBOURING, PureDpEvent, Release, Unit
 from ..core.kernels import (GOLDEN, JIT, hash_below, mix64, PREFETCH_AHEAD, als_sweep, fresh_normals, numba_threads,
-                              predict_kernel, prefetch_item, prefetch_row, prepare_sgd_blocks, stratum_block, to_csr)
+                              predict_kernel, prefetch_item, prefetch_row, prepare_sgd_blocks, stratum_block, to_csr, MAX_GROUPS)
 from ..model.mechanism import Factors, Mechanism, PrivacyReport, register_mechanism
 from ..model.mf import cache_blocks, grid_terms, local_grid, rmse
 from ..model.testing import M64, below_reference, mix64_reference
@@ -268,7 +268,7 @@ class SGLD(Mechanism):
                  mean: Float() | None = None,     # public offset μ (None: the midpoint of the rating range)
                  reg_local: Positive = 5.0,       # ridge λ of each user's local fit of (u_i, b_i) given V, c
                  threads: Int(1) | None = None,   # threads to run (None: 1)
-                 blocks: Int(1) | Choice("cache") | None = None,  # G of the G x G grid (None: threads; 'cache': `cache_blocks`); fixes the result
+                 blocks: Int(1, MAX_GROUPS) | Choice("cache") | None = None,  # G of the G x G grid (None: threads; 'cache': `cache_blocks`); fixes the result
                  layout: Choice("random", "user") = "user",  # order inside a block: 'user' (user visits) or 'random'
                  seed: Int(0) | None = None,      # None: secret, from the OS; else trimming, start, table and noise
                  unit: Unit("user") = "user"):    # per user (a per-user guarantee also covers one rating)
