@@ -297,7 +297,7 @@ def answer(rec: dict, epsilons=(0.1, 1.0, 10.0), meaningful: float = 1.0) -> str
         parts = []
         for e in (e for e in epsilons if e in rec["epsilons"]):
             label, v = _best(rec, unit, e)
-            parts.append(f"at ε = {e:g} no end-to-end row ran (the conditions under the table say why)" if label is None else f"at ε = {e:g} {label} ({v:.3f}: {_margin(rec, unit, label, e)})")
+            parts.append(f"at ε = {e:g} no such row ran (the table says which rows are conditional, tuned on validation or failed)" if label is None else f"at ε = {e:g} {label} ({v:.3f}: {_margin(rec, unit, label, e)})")
         out.append(f"Per {unit}, the best such mechanism (chosen on validation) is " + "; ".join(parts) + ".")
     ran = lambda r: r.get("selection") in ("none", "public")          # failed rows have no selection
     never = sorted({label for unit in UNITS for label, e in rec["beats_nothing_from"][unit].items()
