@@ -216,3 +216,9 @@ def test_the_fits_run_on_a_dask_cluster_with_the_same_numbers(data):
         there = compare_epsilons(data, (1.0,), (0, 1), contenders=one, progress=False, splits=2, dask=client)
     cols = ["label", "test_rmse", "valid_rmse", "margin", "margin_lo", "margin_hi"]
     assert here[cols].equals(there[cols])
+
+
+def test_public_tuning_reads_nothing_private_on_neighbours_built_through_the_loader():
+    "MovieLens files read by load_dataset (an item losing its only rater; a user's count, rows and the data's top rating changing): the stand-in and the data every [public tuning] row is chosen on are the same on both sides."
+    from dpmf_lit.studies.meter_public import read_standin
+    assert read_standin().problems == []

@@ -1013,5 +1013,7 @@ def test_a_scale_read_from_the_data_is_named_in_the_privacy_report(tmp_path, cap
             "if the rating scale [1, 5], read from the data, is public"), report.summary()   # the headline leads with it
         declared = get_mechanism(mech)(**params).fit(given).privacy
         assert "rating scale" not in declared.scope and "rating scale" not in declared.summary()
-        assert declared.coverage == "end-to-end" and "end to end" in declared.guarantee()
+        assert declared.guarantee().startswith("if the catalogue of 15 items, read from the data, is public: (")   # no item file
+        listed = get_mechanism(mech)(**params).fit(given.with_catalogue(np.arange(15))).privacy             # a declared catalogue
+        assert listed.coverage == "end-to-end" and "end to end" in listed.guarantee()
     assert "rating scale" not in get_mechanism("pmf")(epochs=1).fit(read).privacy.scope   # non-private: no guarantee to qualify

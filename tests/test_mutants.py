@@ -17,8 +17,14 @@ def test_the_package_as_it_is_passes_the_meter():
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: f"{m.mechanism}: {m.what}")
 def test_every_privacy_mutant_is_killed(mutant):
-    "The mutant applies (its text is still in the source) and the meter finds a problem under it; after it, none."
-    with mutated(mutant): found = {k: v for k, v in problems().items() if v}
+    """The mutant applies (its text is still in the source) and the meter finds a problem under it; after it, none. A mutant
+    declared equivalent must still apply, and leave the loader-built pairs (where a key-order bug shows) within the claim."""
+    with mutated(mutant):
+        if mutant.equivalent:
+            from dpmf_lit.studies.meter_public import read_loader
+            assert all(not read_loader(n, METER[n][0]).problems for n in ("dp-bias", "dp-bias-features", "dpals")), mutant.what
+            return
+        found = {k: v for k, v in problems(first=True).items() if v}
     assert found, f"mutant survived: {mutant.what} ({mutant.where})"
 
 

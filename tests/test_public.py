@@ -67,7 +67,7 @@ def test_sensitivities_measured_through_the_package_code_never_exceed_the_bounds
         return np.r_[S / 2.0, C]
     def prior_sum(d, B=0.5):
         W0, a0 = local_ridge(d, public_features(d), np.zeros(d.n_items), 3.0, 10.0, 0.5)
-        return d.n_users * release_prior(np.c_[a0, W0], B, 0.0, np.random.default_rng(0))
+        return release_prior(np.c_[a0, W0], B, 0.0, np.random.default_rng(0))
     base_t, base_p, seen_t, seen_p = totals(data), prior_sum(data), 0.0, 0.0
     for u in rng.choice(data.n_users, 25, replace=False):
         other = _replace_user(data, u, rng)

@@ -167,3 +167,53 @@ def test_dp_bias_refuses_a_repeated_pair_that_would_break_its_bound():
     k = np.r_[np.arange(len(D)), np.zeros(50, int)]
     dup = Ratings(D.user[k], D.item[k], D.rating[k], D.n_users, D.n_items, 1.0, 5.0, name="hand-built")
     with pytest.raises(ValueError, match="train='hand-built': duplicate"): mechanisms()["dp-bias"](max_ratings=5, seed=0).fit(dup)
+
+
+# --- The catalogue and the roster: neighbours built through the loader (MovieLens 100K files with their item file), whose
+# item set or roster changes. What a reader sees before any value — the shapes and the id lists — must be the same, or the
+# headline must be conditional on the catalogue (the roster, under add/remove).
+
+from dpmf_lit.studies.meter_public import _shapes, loader_pairs
+
+
+@pytest.fixture(scope="module")
+def loader_built(tmp_path_factory):
+    return {f: {label: (D, D2) for label, D, D2, _ in loader_pairs(tmp_path_factory.mktemp(f"items-{f}"), 3, 0, item_file=f)}
+            for f in (True, False)}
+
+
+@pytest.mark.parametrize("name", sorted(GUARANTEED))
+def test_shapes_and_ids_do_not_depend_on_which_items_are_rated(name, loader_built):
+    "The 'moved' pair (an item loses its only rater) and 'more ratings': with the item file, equal shapes and ids and the printed report equal."
+    cls = mechanisms()[name]
+    for label in ("moved", "more ratings"):
+        D, D2 = loader_built[True][label]
+        a, b = make(cls).fit(D), make(cls).fit(D2)
+        assert _shapes(a) == _shapes(b), f"{name} on '{label}': {_shapes(a)} vs {_shapes(b)}"
+        assert a.privacy.coverage == b.privacy.coverage and "catalogue" not in a.privacy.condition, a.privacy.guarantee()
+        D, D2 = loader_built[False][label]                                # the catalogue read from the data: a condition
+        a, b = make(cls).fit(D), make(cls).fit(D2)
+        if _shapes(a) != _shapes(b) and a.privacy.released and a.privacy.private:
+            assert a.privacy.guarantee().startswith("if the catalogue of 10 items, read from the data, is public"), a.privacy.guarantee()
+
+
+@pytest.mark.parametrize("name", sorted(GUARANTEED))
+def test_a_removed_user_changes_no_item_side_shape_and_add_remove_headlines_name_the_roster(name, loader_built):
+    cls = mechanisms()[name]
+    D, D2 = loader_built[True]["removed"]
+    a, b = make(cls).fit(D), make(cls).fit(D2)
+    for k in ("V", "item_bias", "item_ids"): assert _shapes(a)[k] == _shapes(b)[k], (name, k)
+    if "neighbouring" not in cls.parameter_names(): return
+    try: mech = cls(**{**cls.test_params, "neighbouring": "add_remove"}, **({"seed": 0} if "seed" in cls.parameter_names() else {}))
+    except ValueError: return                                       # no add/remove guarantee to qualify
+    rep = mech.fit(D).privacy
+    if rep.private and rep.neighbouring == "add_remove":
+        assert "if the roster of 8 users, read from the data, is public" in rep.condition, rep.guarantee()
+
+
+@pytest.mark.parametrize("name", ["dp-bias", "dpals", "dp-bias-features"])
+def test_add_remove_on_a_roster_read_from_the_data_is_conditional_on_it(name, loader_built):
+    "The mechanisms with an add/remove guarantee: their headline names the roster when the loader read it from the ratings."
+    cls = mechanisms()[name]
+    rep = cls(**{**cls.test_params, "neighbouring": "add_remove", "seed": 0}).fit(loader_built[True]["removed"][0]).privacy
+    assert rep.guarantee().startswith("if the roster of 8 users, read from the data, is public: ("), rep.guarantee()

@@ -13,7 +13,7 @@ import dpmf_lit.core.settings   # noqa: F401  (the OpenMP wait policy, before th
 from .checks import check_int
 
 # %% auto #0
-__all__ = ['group_by', 'take', 'keep_mask', 'keep_per_user', 'subset_frequencies']
+__all__ = ['group_by', 'take', 'pair_keys', 'keep_mask', 'keep_per_user', 'subset_frequencies']
 
 # %% ../../nbs/00h_grouping.ipynb #1f035da2
 @njit(parallel=True, cache=True)
@@ -119,12 +119,37 @@ def _keep_smallest(ptr, order, first, key, item, priority, tau, u0, u1, keep):
             o = o[np.argsort(pr, kind="mergesort")]
         for q in range(tau): keep[pos[o[q]]] = True
 
+# %% ../../nbs/00h_grouping.ipynb #6b38b7cf
+_GOLDEN, _M1, _M2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+@njit(cache=True)
+def _mix(x):
+    "SplitMix64's finaliser h(x): a bijection of 64-bit words that spreads every input bit over the output."
+    z = x + _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+@njit(parallel=True, cache=True)
+def _pair_keys(root, user, item):
+    "ξ of each rating: the top 53 bits of h(h(2³²u + j) ⊕ ρ), over 2⁵³."
+    out = np.empty(user.shape[0])
+    for k in prange(user.shape[0]):
+        x = (np.uint64(user[k]) << np.uint64(32)) | np.uint64(item[k])
+        out[k] = np.float64(_mix(_mix(x) ^ root) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+    return out
+
+def pair_keys(rng: np.random.Generator, user, item) -> np.ndarray:
+    "The keys ξ of `keep_mask`: one root ρ drawn from `rng` (the secret), then a hash of (ρ, user, item) for each rating."
+    root = np.uint64(rng.integers(0, 2**63, dtype=np.int64))
+    return _pair_keys(root, np.ascontiguousarray(user), np.ascontiguousarray(item))
+
 # %% ../../nbs/00h_grouping.ipynb #9f05a844
 def keep_mask(user,                  # user code of each rating
               max_ratings: int,      # τ: ratings kept of each user
-              rng: np.random.Generator,  # draws the keys: `rng.random(n)`, in rating order
+              rng: np.random.Generator,  # draws the root of the keys (one draw); without `item`: `rng.random(n)`, in rating order
               n_users: int | None = None,  # users (default: the largest code + 1)
-              item=None,             # item code of each rating (with `priority`)
+              item=None,             # item code of each rating: each key is a hash of (root, user, item), one stream per user
               priority=None,         # π: a number per item; the ratings of the lowest are kept first (None: uniform)
               block: int = 1 << 22,  # keys drawn at a time when `user` is non-decreasing
               ) -> np.ndarray:
@@ -132,18 +157,24 @@ def keep_mask(user,                  # user code of each rating
     tau, block = check_int("max_ratings", max_ratings, 1), check_int("block", block, 1)
     user = np.ascontiguousarray(user)
     n_users = (int(user.max()) + 1 if len(user) else 1) if n_users is None else check_int("n_users", n_users, 1)
-    if priority is None: item, priority = np.zeros(0, np.int32), np.zeros(0)
-    else: item, priority = np.ascontiguousarray(item), np.ascontiguousarray(priority, np.float64)
+    items = None if item is None else np.ascontiguousarray(item)
+    if items is not None and items.shape != user.shape: raise ValueError(f"item: shape {items.shape} is not user's {user.shape}")
+    if priority is None: kitem, priority = np.zeros(0, np.int32), np.zeros(0)
+    else: kitem, priority = items, np.ascontiguousarray(priority, np.float64)
+    if items is not None and isinstance(rng, np.random.Generator):      # one stream per user: a hash of (root, user, item)
+        root = np.uint64(rng.integers(0, 2**63, dtype=np.int64))
+        keys = lambda a, b: _pair_keys(root, user[a:b], items[a:b])
+    else: keys = lambda a, b: rng.random(int(b - a))                     # in rating order (explicit keys in tests)
     ptr, order = group_by(user, n_users)
     keep = np.zeros(len(user), np.bool_)
     if order is not None:
-        _keep_smallest(ptr, order, 0, rng.random(len(user)), item, priority, tau, 0, n_users, keep)
+        _keep_smallest(ptr, order, 0, keys(0, len(user)), kitem, priority, tau, 0, n_users, keep)
         return keep
     u0, none = 0, np.zeros(0, np.int64)
     while u0 < n_users:
         u1 = max(u0 + 1, int(np.searchsorted(ptr, ptr[u0] + block, side="right")) - 1)
         u1 = min(u1, n_users)
-        _keep_smallest(ptr, none, ptr[u0], rng.random(int(ptr[u1] - ptr[u0])), item, priority, tau, u0, u1, keep)
+        _keep_smallest(ptr, none, ptr[u0], keys(ptr[u0], ptr[u1]), kitem, priority, tau, u0, u1, keep)
         u0 = u1
     return keep
 
@@ -154,15 +185,15 @@ def keep_per_user(user, max_ratings: int, rng: np.random.Generator, n_users: int
 
 # %% ../../nbs/00h_grouping.ipynb #f398578c
 def subset_frequencies(n: int = 6, tau: int = 3, draws: int = 20_000, seed: int = 0, bias: float = 0.0) -> np.ndarray:
-    "How often each τ-subset of one user's n ratings is kept, over `draws` seeds; `bias` > 0 shrinks the first rating's key (a wrong sampler, for the test's power)."
+    "How often each τ-subset of one user's n ratings (items 0..n−1) is kept, over `draws` roots; `bias` > 0 shrinks the first rating's key (a wrong sampler, for the test's power)."
     from itertools import combinations
     from types import SimpleNamespace
     index = {s: k for k, s in enumerate(combinations(range(n), tau))}
-    counts, user = np.zeros(len(index), np.int64), np.zeros(n, np.int32)
+    counts, user, item = np.zeros(len(index), np.int64), np.zeros(n, np.int32), np.arange(n, dtype=np.int32)
     for s in range(draws):
         rng = np.random.default_rng([seed, s])
         if bias:
-            key = rng.random(n); key[0] *= 1 - bias
+            key = pair_keys(rng, user, item); key[0] *= 1 - bias
             rng = SimpleNamespace(random=lambda size, _k=key: _k)   # hands the biased keys to the sampler
-        counts[index[tuple(keep_per_user(user, tau, rng))]] += 1
+        counts[index[tuple(keep_per_user(user, tau, rng, item=item))]] += 1
     return counts

@@ -26,7 +26,8 @@ __all__ = ['NEIGHBOURING', 'DEFAULT_ORDERS', 'COVERAGE', 'TIME_CLAUSE', 'GROUP_C
            'gaussian_rdp', 'laplace_rdp', 'pure_dp_rdp', 'rdp_to_dp', 'classic_noise_multiplier',
            'gaussian_epsilon_classic_optimum', 'gaussian_epsilon_exact', 'gaussian_epsilon_rdp',
            'dp_accounting_rdp_epsilon', 'dp_accounting_pld_epsilon', 'group_privacy', 'PrivacyReport', 'scale_clause',
-           'scale_condition', 'fit_randomness', 'check_unit', 'Unit', 'PureDpEvent', 'PrivacyAccountant', 'Release']
+           'scale_condition', 'catalogue_clause', 'catalogue_condition', 'roster_clause', 'roster_condition',
+           'fit_randomness', 'check_unit', 'Unit', 'PureDpEvent', 'PrivacyAccountant', 'Release']
 
 # %% ../../nbs/02_privacy.ipynb #7f6fdedf
 NEIGHBOURING = ("add_remove", "replace")
@@ -338,6 +339,25 @@ def scale_condition(rating_min: float, rating_max: float) -> str:
     "The condition a guarantee takes on when its rating scale was read from the data: every sensitivity assumes it public."
     return f"if the rating scale [{rating_min:g}, {rating_max:g}], read from the data, is public"
 
+def catalogue_clause(n_items: int) -> str:
+    "The scope's clause for item codes read from the ratings (the items they name), not from a public catalogue."
+    return (f"the catalogue ({n_items:,} items) was read from the data (the items the ratings name), not declared: every "
+            "released per-item array is indexed by it, and the catalogue itself is not covered (attach the data set's item "
+            "file or declare the catalogue to make it public)")
+
+def catalogue_condition(n_items: int) -> str:
+    "The condition a guarantee takes on when its item codes are the items the ratings name: the shape of every per-item release."
+    return f"if the catalogue of {n_items:,} items, read from the data, is public"
+
+def roster_clause(n_users: int) -> str:
+    "The scope's clause for a roster read from the ratings under add/remove, where one user's presence changes it."
+    return (f"the roster ({n_users:,} users) was read from the data (the users the ratings name), not declared: under "
+            "add/remove the guarantee takes it as public, and the roster itself is not covered")
+
+def roster_condition(n_users: int) -> str:
+    "The condition an add/remove guarantee takes on when its user codes are the users the ratings name."
+    return f"if the roster of {n_users:,} users, read from the data, is public"
+
 def _conditioned(report: PrivacyReport, condition: str) -> dict:
     "The coverage fields of `report` with `condition` said first (before any condition it already had)."
     had = report.condition.strip().rstrip(".; ") if report.coverage == "conditional" else ""
@@ -345,17 +365,24 @@ def _conditioned(report: PrivacyReport, condition: str) -> dict:
 
 def fit_randomness(report: PrivacyReport, seed, secret: bool, user_counts: np.ndarray | None = None, seeded: bool = True,
                    scale_read: tuple | None = None,   # (rating_min, rating_max) when the scale was read from the data
+                   catalogue_read: int | None = None, # the number of items when the catalogue is the items the ratings name
+                   roster_read: int | None = None,    # the number of users when the roster is the users the ratings name
                    ) -> PrivacyReport:
     """`report` as a fit releases it: randomness 'secret' (a seed drawn from the OS for this fit, never stored) or 'public'
     (`seed`) for a mechanism that draws (`seeded`), and, for a per-rating guarantee, the per-user value by group privacy
     over the most ratings any user has. Its scope says what a fit prints that no guarantee covers: a rating scale read
-    from the data (`scale_read`, which also makes the guarantee conditional on that scale being public), the wall time,
-    and k."""
+    from the data (`scale_read`, which also makes the guarantee conditional on that scale being public), a catalogue read
+    from the data where anything is released (`catalogue_read`: conditional on it), a roster read from the data under
+    add/remove (`roster_read`: conditional on it), the wall time, and k."""
     if report.method == "non-private": return report
     out = dict(randomness="secret" if secret else "public", seed=None if secret else seed) if seeded else {}
-    if scale_read is not None:
-        out["scope"] = _with(report.scope, scale_clause(*scale_read))
-        if report.private: out.update(_conditioned(report, scale_condition(*scale_read)))
+    read = [(scale_clause(*scale_read), scale_condition(*scale_read))] if scale_read is not None else []
+    if catalogue_read is not None and report.released:
+        read.append((catalogue_clause(catalogue_read), catalogue_condition(catalogue_read)))
+    if roster_read is not None and report.neighbouring == "add_remove":
+        read.append((roster_clause(roster_read), roster_condition(roster_read)))
+    for clause, _ in read: out["scope"] = _with(out.get("scope", report.scope), clause)
+    if read and report.private: out.update(_conditioned(report, "; ".join(cond for _, cond in read)))
     if report.private and report.unit == "rating" and report.epsilon_user is None and user_counts is not None and len(user_counts):
         k = max(1, int(np.max(user_counts)))
         out["epsilon_user"], out["delta_user"] = group_privacy(report.epsilon, report.delta or 0.0, k)

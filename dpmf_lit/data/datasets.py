@@ -15,7 +15,7 @@ import pandas as pd
 from ..core.checks import UserError, atomic_write, check_bool, check_choice, check_positive, show
 from .formats import (ANIME_FORMAT, DELIMITED_OPTIONS, FORMATS, ML_CSV_FORMAT, READERS, check_options,
                                    finish_raw, loader_options, read_raw, sniff_delimited, where_to_get)
-from .item_features import ItemTable, features_for, item_table_sha256, parse_items, read_items, write_items
+from .item_features import ItemTable, attach_item_features, features_for, item_table_sha256, parse_items, read_items, write_items
 from .ratings import Ratings, sha256_arrays
 from ..core.settings import Settings, load_settings
 
@@ -219,7 +219,7 @@ def _dataset_items(name: str, s: Settings, src, fetch: bool, verify: bool) -> It
     return replace(table, source=f"{name}/{path.name}")     # named relative to the data folder: no local path in outputs
 
 def _with_items(ratings: Ratings, table: ItemTable | None) -> Ratings:
-    return ratings if table is None else ratings.with_features(features_for(ratings, table))
+    return ratings if table is None else attach_item_features(ratings, table)   # on the file's catalogue where it lists every rated item
 
 def _check_named(name: str, s: Settings, options: dict):
     "The settings.ini source of data set `name`, its format known and `options` among its loader's."

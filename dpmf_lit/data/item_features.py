@@ -17,7 +17,7 @@ from .ratings import ItemFeatures, Ratings
 # %% auto #0
 __all__ = ['ML100K_GENRES', 'RECBOLE_ITEM_HEADER', 'ML_CSV_ITEMS_HEADER', 'ANIME_ITEMS_HEADER', 'ITEM_FORMATS', 'ItemTable',
            'parse_items', 'read_items', 'item_table_sha256', 'write_items', 'encode_items', 'features_for',
-           'attach_item_features']
+           'on_catalogue', 'attach_item_features']
 
 # %% ../../nbs/00g_item_features.ipynb #dbd24e0b
 @dataclass(frozen=True, eq=False)
@@ -349,10 +349,19 @@ def features_for(ratings: Ratings,     # the ratings whose item codes the rows f
     out[known] = X[row[known]]
     return ItemFeatures(out, names, known, table.source)
 
+def on_catalogue(ratings: Ratings, table: ItemTable) -> Ratings:
+    """`ratings` with item codes over the items `table` lists (its catalogue, declared public) when it lists every rated
+    item; otherwise unchanged (the catalogue stays the one the ratings had, read from the data where it was)."""
+    ids = np.arange(ratings.n_items) if ratings.item_ids is None else np.asarray(ratings.item_ids)
+    rated = np.bincount(ratings.item, minlength=ratings.n_items) > 0
+    covered = len(table) > 0 and (pd.Index(table.ids).get_indexer(ids[rated]) >= 0).all()
+    return ratings.with_catalogue(table.ids) if covered else ratings
+
 def attach_item_features(ratings: Ratings,
                          items,                      # an ItemTable, or the path of an item file
                          format: str | None = None,  # the file's format (default: from its first line)
                          ) -> Ratings:
-    "`ratings` with the features of `items` attached (`features_for`), checked."
+    "`ratings` on the file's catalogue where it lists every rated item (`on_catalogue`), with its features attached (`features_for`)."
     table = items if isinstance(items, ItemTable) else read_items(items, format)
-    return ratings.with_features(features_for(ratings, table))
+    r = on_catalogue(ratings, table)
+    return r.with_features(features_for(r, table))

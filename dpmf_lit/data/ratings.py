@@ -18,10 +18,11 @@ from ..core.grouping import group_by
 from ..core.checks import check_choice, check_float, show
 
 # %% auto #0
-__all__ = ['SCALE_SOURCES', 'ON_DUPLICATE', 'Ratings', 'ItemFeatures', 'sha256_arrays', 'ratings_sha256']
+__all__ = ['SCALE_SOURCES', 'CATALOGUE_SOURCES', 'ON_DUPLICATE', 'Ratings', 'ItemFeatures', 'sha256_arrays', 'ratings_sha256']
 
 # %% ../../nbs/00a_ratings.ipynb #cf326ef9
 SCALE_SOURCES = ("declared", "data")     # the rating range: declared (by the format or the user), or read from the ratings
+CATALOGUE_SOURCES = ("declared", "data") # the items (and the users): declared (an item file, a list, a generator's size), or read from the ratings
 
 @dataclass(frozen=True, eq=False)
 class Ratings:
@@ -38,13 +39,16 @@ class Ratings:
     item_ids: np.ndarray | None = None   # original id of each item code (None: the code itself)
     item_features: ItemFeatures | None = None  # public facts about each item code (None: none known)
     scale_source: str = "declared"       # 'declared' (by the format or the user) or 'data' (min and max of the ratings: not public)
+    catalogue_source: str = "declared"   # the item codes: 'declared' (an item file, a declared list, the size given) or 'data' (the items the ratings name: not public)
+    roster_source: str = "declared"      # the user codes: 'declared' (the size given, a declared list) or 'data' (the users the ratings name: not public)
 
     def __len__(self): return len(self.rating)
 
     def __repr__(self):
         return (f"Ratings({self.name!r}: {len(self):,} ratings, {self.n_users:,} users x {self.n_items:,} items, "
                 f"range [{self.rating_min:g}, {self.rating_max:g}]"
-                + (", scale read from the data)" if self.scale_source == "data" else ")"))
+                + "".join(f", {w} read from the data" for w, s in (("scale", self.scale_source), ("catalogue", self.catalogue_source))
+                          if s == "data") + ")")
 
     def take(self, idx, name: str | None = None) -> "Ratings":
         "The ratings at `idx` (indices or boolean mask), same matrix size, scale and id maps."
@@ -226,6 +230,7 @@ def _validate(r: Ratings) -> Ratings:
         if arr.dtype != dt: raise ValueError(f"{where}: {nm}.dtype={arr.dtype} must be {np.dtype(dt)}")
     _check_range(r.rating_min, r.rating_max)
     check_choice("scale_source", r.scale_source, SCALE_SOURCES)
+    check_choice("catalogue_source", r.catalogue_source, CATALOGUE_SOURCES); check_choice("roster_source", r.roster_source, CATALOGUE_SOURCES)
     for arr, nm, size in ((r.user, "user", r.n_users), (r.item, "item", r.n_items)):
         lo, hi = int(arr.min()), int(arr.max())
         if lo < 0 or hi >= size: raise ValueError(f"{where}: {nm} codes span [{lo}, {hi}], outside [0, n_{nm}s={size})")
@@ -269,7 +274,8 @@ def _from_ids(cls, user_ids, item_ids, ratings, rating_min, rating_max, name, on
             dup = _find_duplicates(ucode[::-1].copy(), icode[::-1].copy(), len(uids), len(iids))[0][::-1]
         keep = np.flatnonzero(~dup)
         return _from_ids(cls, u[keep], i[keep], r[keep], rating_min, rating_max, name, "error", lambda k: row(int(keep[k])))
-    return cls(ucode, icode, r.astype(np.float32), len(uids), len(iids), rating_min, rating_max, name, uids, iids)
+    return cls(ucode, icode, r.astype(np.float32), len(uids), len(iids), rating_min, rating_max, name, uids, iids,
+               catalogue_source="data", roster_source="data")   # the items and users the ratings name: read from the data
 
 # %% ../../nbs/00a_ratings.ipynb #2319b23b
 def sha256_arrays(user_ids, item_ids, ratings) -> str:
@@ -288,3 +294,43 @@ def sha256_arrays(user_ids, item_ids, ratings) -> str:
 def ratings_sha256(r: Ratings) -> str:
     "SHA-256 of the ratings sorted by (original user id, original item id): <i8 users, <i8 items, <f8 ratings."
     return sha256_arrays(*r.original_ids(), r.rating)
+
+# %% ../../nbs/00a_ratings.ipynb #427f2c88
+@patch
+def with_catalogue(self: Ratings,
+                   item_ids,                  # the catalogue: every item id that exists, from a public source (an item file, a declared list)
+                   source: str = "declared",  # 'declared', or 'data' when the list was itself read from ratings
+                   ) -> Ratings:
+    """The same ratings with item codes over the catalogue `item_ids` (code = rank of the id in sorted order): `n_items`
+    is its size and an item nobody rated has a code. Every rated item must be listed; item features are carried over
+    (rows of items new to the codes are zeros, known False)."""
+    return _with_catalogue(self, item_ids, source)
+
+# %% ../../nbs/00a_ratings.ipynb #80dc0c87
+def _catalogue_index(item_ids, where: str) -> pd.Index:
+    "The catalogue as a sorted pd.Index of distinct ids, checked: 1-d, not empty, no missing id, sortable."
+    ids = np.asarray(item_ids)
+    if ids.ndim != 1 or len(ids) == 0: raise ValueError(f"{where}: item_ids (the catalogue) must be a non-empty 1-d list of ids, got shape {ids.shape}")
+    if ids.dtype.kind in "fOUS" and pd.isna(ids).any(): raise ValueError(f"{where}: the catalogue has a missing id at index {int(np.argmax(pd.isna(ids)))}")
+    try: return pd.Index(pd.unique(ids)).sort_values()
+    except TypeError as e: raise ValueError(f"{where}: the catalogue's ids cannot be sorted ({e})") from None
+
+def _with_catalogue(r: Ratings, item_ids, source: str) -> Ratings:
+    where = f"ratings {r.name!r}"
+    check_choice("source", source, CATALOGUE_SOURCES)
+    cat = _catalogue_index(item_ids, where)
+    old = np.arange(r.n_items) if r.item_ids is None else np.asarray(r.item_ids)
+    pos = cat.get_indexer(old)                              # old code -> new code (-1: not in the catalogue)
+    rated = np.bincount(r.item, minlength=r.n_items) > 0
+    missing = rated & (pos < 0)
+    if missing.any():
+        raise ValueError(f"{where}: {int(missing.sum()):,} rated item(s) are not in the catalogue of {len(cat):,} items, "
+                         f"e.g. item {show(old[int(np.argmax(missing))])}: the catalogue must list every item the ratings name")
+    feats, f = None, r.item_features
+    if f is not None:
+        ok = pos >= 0
+        X, known = np.zeros((len(cat), f.X.shape[1]), np.float32), np.zeros(len(cat), np.bool_)
+        X[pos[ok]], known[pos[ok]] = f.X[ok], f.known[ok]
+        feats = ItemFeatures(X, tuple(f.names), known, f.source)
+    return replace(r, item=pos.astype(np.int32)[r.item], n_items=len(cat), item_ids=np.asarray(cat), item_features=feats,
+                   catalogue_source=source)

@@ -22,7 +22,7 @@ def _check_ratings(r):
 def reindex(r: Ratings,                 # the ratings to compact
             name: str | None = None,    # name of the result (default: r's name)
             ) -> Ratings:
-    "Compact codes: drop users and items without ratings; id maps follow."
+    "Compact codes: drop users and items without ratings; id maps follow; the catalogue and roster are then read from the data."
     _check_ratings(r)
     ukeep = np.flatnonzero(np.bincount(r.user, minlength=r.n_users))
     ikeep = np.flatnonzero(np.bincount(r.item, minlength=r.n_items))
@@ -32,7 +32,8 @@ def reindex(r: Ratings,                 # the ratings to compact
     iids = ikeep.astype(np.int64) if r.item_ids is None else r.item_ids[ikeep]
     feats = None if r.item_features is None else r.item_features.take_items(ikeep)
     return Ratings(umap[r.user], imap[r.item], r.rating, len(ukeep), len(ikeep), r.rating_min, r.rating_max,
-                   name or r.name, uids, iids, feats, r.scale_source)
+                   name or r.name, uids, iids, feats, r.scale_source,
+                   catalogue_source="data", roster_source="data")   # users and items without ratings dropped: read from the data
 
 def _nonempty(r: Ratings, what: str) -> Ratings:
     if len(r) == 0: raise ValueError(f"{what} leaves no ratings")

@@ -567,7 +567,9 @@ def _fit_model(self: Mechanism, train: Ratings, valid, progress: bool, extra: di
     counts = np.bincount(train.user, minlength=train.n_users) if privacy.private and privacy.unit == "rating" else None   # only a per-rating guarantee needs them
     scale_read = (train.rating_min, train.rating_max) if train.scale_source == "data" else None   # not public: the scope says so
     privacy = fit_randomness(privacy, getattr(self, "seed", None), secret, counts,
-                             seeded="seed" in self.parameter_names(), scale_read=scale_read)
+                             seeded="seed" in self.parameter_names(), scale_read=scale_read,
+                             catalogue_read=train.n_items if train.catalogue_source == "data" else None,   # the shape of every per-item release
+                             roster_read=train.n_users if train.roster_source == "data" else None)         # public under replace; a condition under add/remove
     f32 = lambda a: None if a is None else np.ascontiguousarray(a, np.float32)
     model = FittedModel(U=f32(out.U), V=f32(out.V), user_bias=f32(out.user_bias), item_bias=f32(out.item_bias),
                         mean=float(out.mean), rating_min=train.rating_min, rating_max=train.rating_max, privacy=privacy,

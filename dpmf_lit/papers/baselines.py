@@ -196,7 +196,7 @@ def item_offsets(S, C, reg: float, sigma: float = 0.0, half_range: float = 2.0) 
 
 def release_item_totals(ratings: Ratings, mean: float, max_ratings: int, sigma: float, rng_keep, rng_noise):
     "(S̃, C̃, kept): each user trimmed to `max_ratings` (`kept`, a boolean mask), centred on `mean`, clipped, summed per item, and noised (σ on w)."
-    kept = keep_mask(ratings.user, max_ratings, rng_keep, ratings.n_users)
+    kept = keep_mask(ratings.user, max_ratings, rng_keep, ratings.n_users, item=ratings.item)   # one key stream per user
     S, C = item_totals(ratings, mean, kept)
     half = (ratings.rating_max - ratings.rating_min) / 2
     St, Ct = gaussian_release(np.stack([S, C]), np.array([[half * sigma], [sigma]]), rng_noise, "item sums and counts")

@@ -163,8 +163,8 @@ def memory_bytes(self: DPALS, train: Ratings) -> int:
 @patch
 def kept_ratings(self: DPALS, train: Ratings, counts: np.ndarray) -> np.ndarray:
     "Boolean mask of each user's ≤ τ ratings for the item step: uniformly random, or those of the lowest noisy counts (ties at random)."
-    tail = dict(item=train.item, priority=counts) if self.sampling == "tail" else {}
-    return keep_mask(train.user, self.max_ratings, self.rng(3), train.n_users, **tail)
+    tail = dict(priority=counts) if self.sampling == "tail" else {}
+    return keep_mask(train.user, self.max_ratings, self.rng(3), train.n_users, item=train.item, **tail)
 
 # %% ../../nbs/10_dpals.ipynb #39704e41
 @patch

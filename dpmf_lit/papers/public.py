@@ -77,10 +77,10 @@ def split_multipliers(epsilon: float, delta: float, share: float) -> tuple[float
     return 1.0 / (mu * math.sqrt(1.0 - share)), (math.inf if share == 0 else 1.0 / (mu * math.sqrt(share)))
 
 def release_prior(theta, max_norm: float, sigma: float, rng: np.random.Generator) -> np.ndarray:
-    "θ̄ = (Σ_i clip(θ_i, max_norm) + σ ξ) / n: the users' clipped local coefficients, averaged with Gaussian noise (σ on the sum)."
+    "T = Σ_i clip(θ_i, max_norm) + σ ξ: the users' clipped local coefficients, summed with Gaussian noise (the release; θ̄ = T / n)."
     theta = np.where(np.isfinite(theta), theta, 0.0)    # a device whose solve failed sends zeros: no data-dependent error
     s = clip_rows(theta, max_norm).sum(0)
-    return gaussian_release(s, sigma, rng, "prior: sum of clipped coefficients") / len(theta)
+    return gaussian_release(s, sigma, rng, "prior: sum of clipped coefficients")
 
 # %% ../../nbs/13_public_features.ipynb #e13c0027
 @register_mechanism("dp-bias-features")
@@ -158,8 +158,9 @@ def _fit(self: DPBiasFeatures, train: Ratings, progress: bool = False) -> Factor
     theta = np.zeros(X.shape[1] + 1)                    # the prior of (a_i, w_i): 0, or released
     if math.isfinite(z2):
         W0, a0 = local_ridge(train, X, np.zeros(train.n_items), m0, self.reg_features, self.reg_local)            # on each device
-        sens = 2.0 * self.max_norm      # one user's clipped θ_i moves anywhere in the ball, under either notion (n public)
-        theta = release_prior(np.c_[a0, W0], self.max_norm, z2 * sens, self.rng(3))                              # released
+        sens = 2.0 * self.max_norm      # one user's clipped θ_i moves anywhere in the ball (B suffices under add/remove)
+        T = release_prior(np.c_[a0, W0], self.max_norm, z2 * sens, self.rng(3))                                   # released
+        theta = T / train.n_users       # ÷ the roster's size: the same on both sides under replace; under add/remove a condition where read from the data
     V = np.c_[X, c].astype(np.float32)                  # public features and the released offsets
     offset = c + X @ theta[1:]
     W, a = local_ridge(train, V, offset, m0 + theta[0], self.reg_features, self.reg_local)                     # on each device

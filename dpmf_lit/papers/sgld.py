@@ -90,7 +90,7 @@ def trim_ratings(train: Ratings,  # the training ratings
                  ) -> Ratings:
     "At most `tau` ratings of each user, chosen uniformly at random (the other users' ratings untouched)."
     tau, seed = check_int("tau", tau, 1), check_int("seed", seed, 0)
-    kept = keep_per_user(train.user, tau, np.random.default_rng(seed), train.n_users)   # the one trimming (grouping)
+    kept = keep_per_user(train.user, tau, np.random.default_rng(seed), train.n_users, item=train.item)   # the one trimming (grouping)
     return train.take(kept, name=f"{train.name} (trimmed to tau={tau})")
 
 def reweighting(counts: np.ndarray,  # ratings per user n_i

@@ -129,13 +129,13 @@ def dpals_parts(r, threads: int = 2, d: int = 16, max_ratings: int = 100, seed: 
     V, c = (0.1 * g.standard_normal((r.n_items, d))).astype(np.float32), np.zeros(r.n_items, np.float32)
     with numba_threads(threads):
         user_step(_tiny(), V[:300], c[:300], 3.0, 5.0)        # compiled (or loaded from the cache) before timing
-        mask = keep_mask(r.user, max_ratings, np.random.default_rng(seed), r.n_users)
+        mask = keep_mask(r.user, max_ratings, np.random.default_rng(seed), r.n_users, item=r.item)
         ptr, ku, kr = by_item(r, mask)
         csr = to_csr(r.user, r.item, r.rating, r.n_users)
         U, b = user_step(r, V, c, 3.0, 5.0, csr)
         U64 = 0.1 * U.astype(np.float64) / max(1.0, float(np.abs(U).max()))
         A, beta = item_statistics(ptr, ku, kr, U64, 3.0, c, b, None, 2.0)
-        out = {"trim": _best(lambda: keep_mask(r.user, max_ratings, np.random.default_rng(seed), r.n_users)),
+        out = {"trim": _best(lambda: keep_mask(r.user, max_ratings, np.random.default_rng(seed), r.n_users, item=r.item)),
                "group_by_item": _best(lambda: by_item(r, mask)),
                "user_sweep": _best(lambda: user_step(r, V, c, 3.0, 5.0, csr)),
                "item_statistics": _best(lambda: item_statistics(ptr, ku, kr, U64, 3.0, c, b, None, 2.0)),

@@ -24,7 +24,8 @@ STANDIN_SHAPE = dict(noise=1.0, interaction_sd=0.5, user_bias_sd=0.5, item_bias_
 
 def public_standin(ratings: Ratings, ratings_per_user: int = STANDIN_RATINGS_PER_USER, seed: int = 0) -> Ratings:
     """Synthetic ratings built from what every guarantee here treats as public: the number of users (replacing one user's
-    ratings, or changing one rating's value, leaves it unchanged), the catalogue's size and the rating scale. Its density
+    ratings, or changing one rating's value, leaves it unchanged), the catalogue's size (`n_items`: public when the
+    catalogue is declared, else a condition of every headline on these ratings) and the rating scale (likewise). Its density
     `ratings_per_user` is declared, not read. Rank 5 with user and item effects and public features ([00e_synthetic](00e_synthetic.ipynb))."""
     n_users, n_items = ratings.n_users, ratings.n_items
     n = min(check_int("ratings_per_user", ratings_per_user, 1) * n_users, (n_users * n_items) // 2)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from scipy import stats
-from ..data import Ratings
+from ..data import ItemFeatures, Ratings
 from ..model.mechanism import get_mechanism, mechanisms
 from ..core.privacy import gaussian_sigma_analytic, observe_releases
 from .audit import release_vector
@@ -68,25 +68,31 @@ def release_loss(a: ObservedRelease, b: ObservedRelease) -> float:
 
 
 # %% ../../nbs/12a_privacy_meter.ipynb #275c411c
-def meter_pairs(neighbouring: str = "replace", tau: int = 3, n_users: int = 6, n_items: int = 10, scale=(1.0, 5.0), seed: int = 0):
+def meter_pairs(neighbouring: str = "replace", tau: int = 3, n_users: int = 6, n_items: int = 10, scale=(1.0, 5.0), seed: int = 0,
+                n_features: int = 3):
     """[(label, D, D′)]: neighbouring data sets differing in the last user, whose 2τ ratings come last (the others' stay in place,
     so per-rating random draws are the same on both sides): 'replace' changes the values r_min → r_max on the same items and
     moves them to other items; 'add_remove' removes the user's ratings (the roster is public and stays); and a pair whose other
-    users all rate the midpoint, so that anything read from the data's spread differs between D and D′."""
+    users all rate the midpoint, so that anything read from the data's spread differs between D and D′. Every data set
+    carries public item features (`n_features` columns, drawn from their own seed): the mechanisms that use them are
+    metered with them."""
     g = np.random.default_rng(seed); lo, hi = scale
     rows = [(u, j) for u in range(n_users - 1) for j in sorted(g.choice(n_items, g.integers(3, 7), replace=False))]
     u, i = (np.array(x, np.int32) for x in zip(*rows))
     r = g.integers(int(lo), int(hi) + 1, len(u)).astype(np.float32)
+    X = np.random.default_rng([seed, 1]).integers(0, 2, (n_items, n_features)).astype(np.float32)   # public: no rating enters it
+    features = ItemFeatures(X, tuple(f"genre:{k}" for k in range(n_features)), np.ones(n_items, bool), "meter")
     own = np.arange(2 * tau) % n_items
     other = (own + n_items // 2) % n_items
     def make(items, value, name):
         k = len(items)
         return Ratings(np.r_[u, np.full(k, n_users - 1, np.int32)], np.r_[i, items.astype(np.int32)],
-                       np.r_[r, np.full(k, value, np.float32)], n_users, n_items, lo, hi, name=name).validate()
+                       np.r_[r, np.full(k, value, np.float32)], n_users, n_items, lo, hi, name=name, item_features=features).validate()
     D = make(own, lo, "meter D")
     mid = np.full(len(r), (lo + hi) / 2, np.float32)      # the others at the midpoint: the target alone spans the scale
     flat = lambda items, value, name: Ratings(np.r_[u, np.full(len(items), n_users - 1, np.int32)], np.r_[i, items.astype(np.int32)],
-                                              np.r_[mid, np.full(len(items), value, np.float32)], n_users, n_items, lo, hi, name=name).validate()
+                                              np.r_[mid, np.full(len(items), value, np.float32)], n_users, n_items, lo, hi, name=name,
+                                              item_features=features).validate()
     if neighbouring == "add_remove":
         return [("user at r_min removed", D, make(own[:0], lo, "meter D'")),
                 ("user at r_max removed", make(own, hi, "meter D"), make(own[:0], hi, "meter D'")),
@@ -202,7 +208,8 @@ METER = {  # the settings each mechanism is metered at: small τ (the meter's us
               dict(max_ratings=3, center="global", reg_exponent=0.5),
               dict(max_ratings=3, max_norm=1e-3, clip_rating=0.1, reg=0.01, count_share=0.2, neighbouring="add_remove", mean=1.0)],
     "user-mean": [dict()], "user-features": [dict()],
-    "dp-bias-features": [dict(max_ratings=3, prior_share=0.5), dict(max_ratings=3, prior_share=0.5, neighbouring="add_remove", mean=1.0)],
+    "dp-bias-features": [dict(max_ratings=3, prior_share=0.5), dict(max_ratings=3, prior_share=0.5, neighbouring="add_remove", mean=1.0),
+                         dict(max_ratings=3, prior_share=0.5, max_norm=1e-3)],   # B small: the clip binds for every user, as in DPALS' settings
 }
 
 

@@ -13,6 +13,7 @@ from ..data import Ratings
 from ..model.mechanism import get_mechanism
 from .meter import METER, OBJECTIVE, Reading, claimed_mu, meter_pairs, read_meter, read_objective
 from .meter import wrapping
+from .meter_public import read_loader, read_standin, read_streams
 
 # %% auto #0
 __all__ = ['OTHERS', 'read_sgld', 'response_law', 'read_xin', 'read_gauss', 'read_protocol', 'read_dpals_worst', 'problems']
@@ -220,6 +221,10 @@ OTHERS = {  # the meters of the mechanisms whose noise is not a Gaussian release
     "gauss both": [lambda: read_gauss(dict(max_norm=0.05)), lambda: read_gauss(dict(max_norm=0.05, normalize=True))],
     "hua-protocol": [lambda: read_protocol()],
     "dpals worst case": [lambda: read_dpals_worst()],
+    # what only pairs built through the loader show (12d): shapes, ids and losses with and without the item file, the stand-in, the streams
+    "loader pairs": [lambda n=n, p=p, f=f: read_loader(n, p, item_file=f) for n in METER for p in METER[n] for f in (True, False)],
+    "public stand-in": [lambda: read_standin()],
+    "random streams": [lambda: read_streams()],
 }
 
 
@@ -231,13 +236,15 @@ def _read(read) -> Reading:
 
 
 # %% ../../nbs/12b_privacy_meter_others.ipynb #6a914ba7
-def problems(names=None, crashes: bool = False) -> dict:
-    "{meter: [problem, ...]} of every meter at every setting (`METER`, `OBJECTIVE`, `OTHERS`; an empty list: none found); `crashes`: the fits that raised instead."
+def problems(names=None, crashes: bool = False, first: bool = False) -> dict:
+    """{meter: [problem, ...]} of every meter at every setting (`METER`, `OBJECTIVE`, `OTHERS`; an empty list: none found);
+    `crashes`: the fits that raised instead; `first`: stop after the first meter that finds a problem (a mutant needs one)."""
     out, key = {}, "crashes" if crashes else "problems"
     for name in (names or [*METER, *OBJECTIVE, *OTHERS]):
-        if name in OBJECTIVE: out[name] = getattr(_read(lambda: read_objective(name)), key); continue
-        if name in OTHERS: out[name] = [p for read in OTHERS[name] for p in getattr(_read(read), key)]; continue
-        out[name] = [f"{p} [{', '.join(f'{k}={v}' for k, v in params.items())}]" for params in METER[name]
-                     for p in getattr(_read(lambda: read_meter(name, params)), key)]
+        if name in OBJECTIVE: out[name] = getattr(_read(lambda: read_objective(name)), key)
+        elif name in OTHERS: out[name] = [p for read in OTHERS[name] for p in getattr(_read(read), key)]
+        else: out[name] = [f"{p} [{', '.join(f'{k}={v}' for k, v in params.items())}]" for params in METER[name]
+                           for p in getattr(_read(lambda: read_meter(name, params)), key)]
+        if first and out[name]: break
     return out
 

@@ -13,7 +13,7 @@ from .meter import swapped, resolve_target
 from .meter_others import problems
 
 # %% auto #0
-__all__ = ['B', 'D', 'P', 'MUTANTS', 'Mutant', 'mutated', 'kill_table']
+__all__ = ['B', 'D', 'P', 'C', 'S', 'MUTANTS', 'Mutant', 'mutated', 'kill_table']
 
 # %% ../../nbs/12c_privacy_mutants.ipynb #6e499906
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class Mutant:
     old: str
     new: str
     also: tuple = () # further edits (where, old, new) of the same bug, e.g. a release left out of the noise and of the report alike
+    equivalent: str = ""  # why the edit is no privacy bug after all (then no meter need kill it, and the kill table says why)
 
 
 # %% ../../nbs/12c_privacy_mutants.ipynb #cbc09e0a
@@ -56,10 +57,11 @@ def mutated(m: Mutant):
 
 # %% ../../nbs/12c_privacy_mutants.ipynb #2ef98434
 B, D, P = "dpmf_lit.papers.baselines", "dpmf_lit.papers.dpals", "dpmf_lit.papers.public"
+C, S = "dpmf_lit.studies.compare", "dpmf_lit.studies.compare_stats"
 MUTANTS = (
     Mutant("dp-bias", "noise on the item totals halved", f"{B}:release_item_totals", "np.array([[half * sigma], [sigma]])", "np.array([[half * sigma / 2], [sigma / 2]])"),
     Mutant("dp-bias", "centred ratings not clipped", f"{B}:item_totals", "float(mean), half, ratings.n_items)", "float(mean), np.inf, ratings.n_items)"),
-    Mutant("dp-bias", "trimming to τ ratings a user ignored", f"{B}:release_item_totals", "keep_mask(ratings.user, max_ratings, rng_keep, ratings.n_users)", "np.ones(len(ratings), np.bool_)"),
+    Mutant("dp-bias", "trimming to τ ratings a user ignored", f"{B}:release_item_totals", "keep_mask(ratings.user, max_ratings, rng_keep, ratings.n_users, item=ratings.item)", "np.ones(len(ratings), np.bool_)"),
     Mutant("dp-bias", "replace sensitivity taken as the add/remove one, √(2τ)", f"{B}:bias_sensitivity", "else 2 * math.sqrt(tau)", "else math.sqrt(2 * tau)"),
     Mutant("dp-bias", "the noise seed fixed (the noise is public)", f"{B}:DPBiases._fit", "self.rng(1), self.rng(2))", "self.rng(1), np.random.default_rng(0))"),
     Mutant("dp-bias", "offsets computed from the exact totals (a release without noise)", f"{B}:DPBiases._fit",
@@ -68,7 +70,7 @@ MUTANTS = (
     Mutant("dpals", "noise on the Gram matrices halved", f"{D}:noisy_statistics", "gaussian_release(A, sigma_A,", "gaussian_release(A, sigma_A / 2,"),
     Mutant("dpals", "user rows not clipped to Γ_u", f"{D}:DPALS._fit", "clip_rows(U[:, :self.d], self.max_norm)", "U[:, :self.d].astype(np.float64)"),
     Mutant("dpals", "residuals not clipped to Γ_r", f"{D}:DPALS._fit", "m0, c, b, dots, clip_r)", "m0, c, b, dots, np.inf)"),
-    Mutant("dpals", "trimming to τ ratings a user ignored in the rounds", f"{D}:DPALS.kept_ratings", "return keep_mask(train.user, self.max_ratings, self.rng(3), train.n_users, **tail)", "return np.ones(len(train), np.bool_)"),
+    Mutant("dpals", "trimming to τ ratings a user ignored in the rounds", f"{D}:DPALS.kept_ratings", "return keep_mask(train.user, self.max_ratings, self.rng(3), train.n_users, item=train.item, **tail)", "return np.ones(len(train), np.bool_)"),
     Mutant("dpals", "replace sensitivity taken as the add/remove one, √(2τ)", f"{D}:dpals_sensitivity", "else 4.5", "else 2.0"),
     Mutant("dpals", "the count release left out of the composition", f"{D}:noise_multipliers", "math.sqrt(rounds) / (mu * math.sqrt(1.0 - share))", "math.sqrt(rounds) / mu",
            ((f"{D}:DPALS.privacy_events", '[("item sums and counts", GaussianDpEvent(z0)), ', "["),)),
@@ -83,8 +85,8 @@ MUTANTS = (
     Mutant("dp-bias-features", "the prior release left out of the composition", f"{P}:split_multipliers", "return 1.0 / (mu * math.sqrt(1.0 - share))", "return 1.0 / mu",
            ((f"{P}:DPBiasFeatures.privacy_events", "if prior else ())\n", "if False else ())\n"),)),
     Mutant("dp-bias-features", "the prior computed from the exact coefficients (a release without noise)", f"{P}:release_prior",
-           "return gaussian_release(s, sigma, rng, \"prior: sum of clipped coefficients\") / len(theta)",
-           "gaussian_release(s, sigma, rng, \"prior: sum of clipped coefficients\"); return s / len(theta)"),
+           "return gaussian_release(s, sigma, rng, \"prior: sum of clipped coefficients\")",
+           "gaussian_release(s, sigma, rng, \"prior: sum of clipped coefficients\"); return s"),
     Mutant("user-mean", "the prior m0 taken from the training mean (computed from every user's ratings)", f"{B}:UserMean._fit",
            "m0 = public_mean(train, self.mean)", "m0 = float(train.rating.mean())"),
     Mutant("user-features", "the prior m0 taken from the training mean (computed from every user's ratings)", f"{P}:UserFeatures._fit",
@@ -131,6 +133,35 @@ MUTANTS = (
     Mutant("gauss", "the step noise on Θ at three quarters of σ", "dpmf_lit.papers.gauss:GaussMF._fit", "nT *= np.float32(sigma)", "nT *= np.float32(0.75 * sigma)"),
     Mutant("hua", "the noise radius drawn at 0.7 of its scale", "dpmf_lit.core.privacy:l2_laplace_noise", "r = g.gamma(d, scale, size=n)", "r = g.gamma(d, 0.7 * scale, size=n)"),
     Mutant("dp-bias", "the release's noise halved where noise meets data", "dpmf_lit.core.privacy:gaussian_release", "out = value + sigma * (", "out = value + 0.5 * sigma * ("),
+    # each of these survived the meter before its pairs were built through the loader (12d)
+    Mutant("dp-bias", "[public tuning] rows tuned on the private split", f"{C}:compare_epsilons",
+           "tune_on = three_way_split(standin if standin is not None else public_standin(ratings), 0)[:2]", "tune_on = three_way_split(ratings, 0)[:2]"),
+    Mutant("dp-bias-features", "the prior's local solves centred on the private global mean (the printed m0 stays public)", f"{P}:DPBiasFeatures._fit",
+           "W0, a0 = local_ridge(train, X, np.zeros(train.n_items), m0,", "W0, a0 = local_ridge(train, X, np.zeros(train.n_items), float(train.rating.mean()),"),
+    Mutant("dp-bias-features", "item features masked by 'rated by someone in train' (features computed from ratings)", f"{P}:public_features",
+           "np.ascontiguousarray(f.X, np.float32)", "np.ascontiguousarray(f.X * (np.bincount(train.item, minlength=train.n_items) > 0)[:, None], np.float32)"),
+    Mutant("dp-bias", "the stand-in's rating scale read from the ratings' lowest and highest", f"{S}:public_standin",
+           "lo, hi = float(ratings.rating_min), float(ratings.rating_max)", "lo, hi = float(ratings.rating.min()), float(ratings.rating.max())"),
+    Mutant("dp-bias-features", "the prior's noise drawn from the trimming keys' stream", f"{P}:DPBiasFeatures._fit",
+           "z2 * sens, self.rng(3))", "z2 * sens, self.rng(1))"),
+    Mutant("dp-bias", "the trimming keys from a fixed seed", f"{B}:DPBiases._fit", "self.max_ratings, sigma, self.rng(1), self.rng(2))",
+           "self.max_ratings, sigma, np.random.default_rng(0), self.rng(2))",
+           equivalent="each user's keys are a hash of the root, the user and the item (00h_grouping), so a user's kept subset depends "
+                      "on that user's own items alone: the item totals move by at most the sensitivity for every root, a public one "
+                      "included; the trimming needs no secret, the Gaussian noise does (its stream stays the fit's)"),
+    Mutant("dp-bias", "the trimming keys drawn in rating order from one stream (not one stream per user)", f"{B}:release_item_totals",
+           "rng_keep, ratings.n_users, item=ratings.item)", "rng_keep, ratings.n_users)"),
+    # new with the catalogue, the stand-in's inputs and the prior's divisor
+    Mutant("dp-bias", "the stand-in built from private counts (the items rated)", f"{S}:public_standin",
+           "n_users, n_items = ratings.n_users, ratings.n_items", "n_users, n_items = ratings.n_users, len(np.unique(ratings.item))"),
+    Mutant("dp-bias", "the catalogue taken from the ratings while the report says end to end", "dpmf_lit.data.item_features:on_catalogue",
+           "return ratings.with_catalogue(table.ids) if covered else ratings", "return ratings.with_catalogue(ids[rated]) if covered else ratings"),
+    Mutant("dp-bias", "a catalogue read from the data not made a condition", "dpmf_lit.model.mechanism:_fit_model",
+           'catalogue_read=train.n_items if train.catalogue_source == "data" else None', "catalogue_read=None"),
+    Mutant("dp-bias", "a roster read from the data not made a condition under add/remove", "dpmf_lit.model.mechanism:_fit_model",
+           'roster_read=train.n_users if train.roster_source == "data" else None', "roster_read=None"),
+    Mutant("dp-bias-features", "the prior's mean over the users who rated (n changes under add/remove)", f"{P}:DPBiasFeatures._fit",
+           "theta = T / train.n_users", "theta = T / len(np.unique(train.user))"),
 )
 
 
@@ -140,6 +171,8 @@ def kill_table(mutants=MUTANTS) -> pd.DataFrame:
     rows = []
     for m in mutants:
         with mutated(m): found = {k: v for k, v in problems().items() if v}
+        if m.equivalent:
+            rows.append({"mechanism": m.mechanism, "mutant": m.what, "killed": bool(found), "caught by": f"equivalent: {m.equivalent}"}); continue
         own = [k for k in found if k.split()[0] == m.mechanism]
         first = (own[0], found[own[0]]) if own else next(iter(found.items()), None)
         rows.append({"mechanism": m.mechanism, "mutant": m.what, "killed": bool(found),
