@@ -523,3 +523,19 @@ def test_fit_report_says_it_is_loading_a_large_file(heartbeats, tmp_path):
     f.write_text("user,item,rating\n" + "".join(f"{u},{i},{(u + i) % 5 + 1}\n" for u in range(30) for i in range(20)))
     cli.fit_report("global-mean", str(f), options={"scale": "1,5"}, progress=True)
     assert (f"loading {f}", True) in seen and ("global-mean: fitting", True) in seen
+
+
+def test_a_declared_catalogue_puts_the_item_codes_on_it_and_the_headline_end_to_end(tmp_path):
+    "`--catalogue FILE`: n_items is the catalogue's (items nobody rated included), the guarantee is end to end with a declared scale; without it, conditional on the items the ratings name; a rated item the file misses is a usage error."
+    mine = _plain_csv(tmp_path / "mine.csv")
+    items = sorted({line.split(",")[1] for line in mine.read_text().splitlines()[1:]})
+    (tmp_path / "cat.txt").write_text("\n".join(items + ["99990", "99991"]) + "\n")
+    base = ("fit", "dp-bias", "--dataset", mine, "--scale", "1,5", "--set", "seed=0", "--json")
+    with_cat, without = dpmf(*base, "--catalogue", tmp_path / "cat.txt"), dpmf(*base)
+    assert with_cat.returncode == 0 and without.returncode == 0, (with_cat.stderr, without.stderr)
+    a, b = json.loads(with_cat.stdout)["privacy"], json.loads(without.stdout)["privacy"]
+    assert a["coverage"] == "end-to-end" and "end to end" in a["summary"], a["summary"]
+    assert b["summary"].startswith(f"if the catalogue of {len(items):,} items, read from the data, is public: ("), b["summary"]
+    (tmp_path / "short.txt").write_text("\n".join(items[1:]) + "\n")
+    p = dpmf(*base, "--catalogue", tmp_path / "short.txt")
+    assert p.returncode == 2 and "dpmf: error:" in p.stderr and "1 rated item(s) are not in the catalogue" in p.stderr, p.stderr

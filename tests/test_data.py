@@ -1017,3 +1017,12 @@ def test_a_scale_read_from_the_data_is_named_in_the_privacy_report(tmp_path, cap
         listed = get_mechanism(mech)(**params).fit(given.with_catalogue(np.arange(15))).privacy             # a declared catalogue
         assert listed.coverage == "end-to-end" and "end to end" in listed.guarantee()
     assert "rating scale" not in get_mechanism("pmf")(epochs=1).fit(read).privacy.scope   # non-private: no guarantee to qualify
+
+
+def test_load_dataset_on_a_declared_catalogue(tmp_path):
+    "load_dataset(..., catalogue=): codes over the list (an unrated item keeps one), read before the ratings; a bad list refused by name."
+    f = write(tmp_path / "r.csv", "".join(f"{u},{i},3\n" for u in range(5) for i in (2, 4, 6)))
+    r = load_dataset(f, scale=(1, 5), catalogue=[2, 3, 4, 5, 6])
+    assert (r.n_items, r.catalogue_source, r.item_ids.tolist()) == (5, "declared", [2, 3, 4, 5, 6])
+    with pytest.raises(ValueError, match=r"1 rated item\(s\) are not in the catalogue of 2 items, e.g. item 6"): load_dataset(f, scale=(1, 5), catalogue=[2, 4])
+    with pytest.raises(ValueError, match="catalogue='/nonexistent/c.txt' cannot be read"): load_dataset(f, catalogue="/nonexistent/c.txt")

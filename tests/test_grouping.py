@@ -1,6 +1,7 @@
 """The O(n) grouping of nbs/00h_grouping.ipynb and the kernels built on it: each equal, to the bit, to the comparison-sort
 or numpy reference it replaced (sorted and unsorted data, one and two threads), and the per-user trimming's law tested
-with power."""
+with power, and the keys hashed from (root, user, item): one stream per user, so that for a fixed seed one user's ratings
+change no other user's kept subset."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -9,7 +10,7 @@ from scipy import stats
 from dpmf_lit.papers.baselines import item_totals, ridge_offsets, user_offsets
 from dpmf_lit.data import Ratings
 from dpmf_lit.papers.dpals import _eigh, by_item, item_codes, item_statistics
-from dpmf_lit.core.grouping import group_by, keep_mask, keep_per_user, subset_frequencies, take
+from dpmf_lit.core.grouping import _keep_by_keys, group_by, keep_mask, keep_per_user, pair_keys, subset_frequencies, take
 from dpmf_lit.core.kernels import numba_threads, to_csr
 from dpmf_lit.core.stats import ACCEPT, REJECT
 
@@ -21,12 +22,9 @@ def _lexsort_keep(user, tau, keys, prio=None):
     return np.sort(order[np.arange(len(u)) - np.searchsorted(u, u, side="left") < tau])
 
 
-class _Keys:
-    "A stand-in generator whose `random(size)` hands out the next `size` of fixed keys (ties on purpose)."
-    def __init__(self, keys): self.keys, self.at = keys, 0
-    def random(self, size):
-        out = self.keys[self.at:self.at + size]; self.at += size
-        return out
+def _pairs(user, item, mask, but=None) -> set:
+    "The kept (user, item) pairs, but those of user `but`."
+    return {(int(u), int(j)) for u, j in zip(user[mask], item[mask]) if u != but}
 
 
 codes = st.lists(st.integers(0, 9), min_size=0, max_size=300)
@@ -68,25 +66,88 @@ def test_trimming_is_the_former_lexsort(users, tau, presorted, ties, block, seed
     keys = g.integers(0, 3, len(user)) / 4.0 if ties else g.random(len(user))    # ties: broken by the earlier rating
     item, prio = g.integers(0, 5, len(user)).astype(np.int32), g.integers(0, 2, 5).astype(np.float64)
     with numba_threads(threads):
-        assert np.array_equal(keep_per_user(user, tau, _Keys(keys), 10, block=block), _lexsort_keep(user, tau, keys))
-        assert np.array_equal(keep_per_user(user, tau, _Keys(keys), 10, item=item, priority=prio, block=block),
+        assert np.array_equal(np.flatnonzero(_keep_by_keys(user, tau, keys, 10, block=block)), _lexsort_keep(user, tau, keys))
+        assert np.array_equal(np.flatnonzero(_keep_by_keys(user, tau, keys, 10, item=item, priority=prio, block=block)),
                               _lexsort_keep(user, tau, keys, prio[item]))
 
 
-def test_trimming_draws_the_keys_of_rng_random_in_rating_order():
-    user = np.sort(np.random.default_rng(0).integers(0, 300, 20_000)).astype(np.int32)
-    for block in (1 << 22, 1000, 7):          # blocks of whole users draw the same stream
-        got = keep_per_user(user, 20, np.random.default_rng(3), block=block)
-        assert np.array_equal(got, _lexsort_keep(user, 20, np.random.default_rng(3).random(len(user))))
-    assert np.array_equal(keep_per_user(user[::-1].copy(), 20, np.random.default_rng(3)),
-                          _lexsort_keep(user[::-1].copy(), 20, np.random.default_rng(3).random(len(user))))
+def test_trimming_keys_are_the_hashed_pair_keys():
+    g = np.random.default_rng(0)
+    user, item = np.sort(g.integers(0, 300, 20_000)).astype(np.int32), g.integers(0, 5000, 20_000).astype(np.int32)
+    for block in (1 << 22, 1000, 7):          # blocks of whole users hash the same keys
+        got = keep_per_user(user, 20, np.random.default_rng(3), item=item, block=block)
+        assert np.array_equal(got, _lexsort_keep(user, 20, pair_keys(np.random.default_rng(3), user, item)))
+    u, i = user[::-1].copy(), item[::-1].copy()
+    assert np.array_equal(keep_per_user(u, 20, np.random.default_rng(3), item=i),
+                          _lexsort_keep(u, 20, pair_keys(np.random.default_rng(3), u, i)))
 
 
 def test_trimming_empty_and_small_users():
-    assert keep_per_user(np.zeros(0, np.int32), 3, np.random.default_rng(0)).size == 0
+    assert keep_per_user(np.zeros(0, np.int32), 3, np.random.default_rng(0), item=np.zeros(0, np.int32)).size == 0
     user = np.array([4, 4, 0, 4], np.int32)                 # users 1-3 have no rating; user 0 one
-    assert keep_mask(user, 2, np.random.default_rng(0), 6).sum() == 3
-    with pytest.raises(ValueError, match="max_ratings"): keep_per_user(user, 0, np.random.default_rng(0))
+    item = np.array([0, 1, 0, 2], np.int32)
+    assert keep_mask(user, 2, np.random.default_rng(0), 6, item=item).sum() == 3
+    with pytest.raises(ValueError, match="max_ratings"): keep_per_user(user, 0, np.random.default_rng(0), item=item)
+
+
+def test_keep_mask_needs_the_items_and_a_generator():
+    "No rating-order stream to fall back on: without the item codes, or with a stand-in generator, it refuses."
+    user, item = np.array([0, 0, 1], np.int32), np.array([3, 1, 3], np.int32)
+    with pytest.raises(TypeError, match="item"): keep_mask(user, 1, np.random.default_rng(0))
+    with pytest.raises(TypeError, match="item"): keep_mask(user, 1, np.random.default_rng(0), item=None)
+    with pytest.raises(TypeError, match="Generator"): keep_mask(user, 1, np.random.RandomState(0), item=item)
+    with pytest.raises(ValueError, match="shape"): keep_mask(user, 1, np.random.default_rng(0), item=item[:2])
+    with pytest.raises(ValueError, match=r"outside \[0, 2\*\*32\)"): keep_mask(user, 1, np.random.default_rng(0), item=-item)
+    with pytest.raises(ValueError, match="integer"): keep_mask(user, 1, np.random.default_rng(0), item=item + 0.5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 5), st.integers(0, 40), st.booleans(), st.sampled_from([1 << 22, 7]),
+       st.sampled_from([1, 2]))
+def test_one_users_ratings_leave_every_other_users_kept_pairs(seed, tau, n0, tail, block, threads):
+    """For a fixed seed: user 0 (the first, before everyone's rows) gains or loses ratings and the rows are shuffled;
+    every other user keeps the same (user, item) pairs — with uniform keys and with a priority (the tail)."""
+    g = np.random.default_rng(seed)
+    n_users, n_items = 12, 40
+    pairs = np.sort(g.choice(n_users * n_items, 250, replace=False))
+    user, item = (pairs // n_items).astype(np.int32), (pairs % n_items).astype(np.int32)
+    prio = g.integers(0, 3, n_items).astype(np.float64) if tail else None
+    mine = g.choice(n_items, n0, replace=False).astype(np.int32)                # user 0's new ratings
+    u2, i2 = np.r_[np.zeros(n0, np.int32), user[user != 0]], np.r_[mine, item[user != 0]]
+    p = g.permutation(len(u2))
+    with numba_threads(threads):
+        a = keep_mask(user, tau, np.random.default_rng(99), n_users, item=item, priority=prio, block=block)
+        b = keep_mask(u2[p], tau, np.random.default_rng(99), n_users, item=i2[p], priority=prio, block=block)
+    assert _pairs(user, item, a, but=0) == _pairs(u2[p], i2[p], b, but=0)
+    assert np.bincount(u2[p][b], minlength=n_users)[0] == min(n0, tau)
+
+
+def test_the_same_seed_keeps_the_same_pairs_and_another_seed_others():
+    "Same seed: the same kept pairs, in any row order, block size and thread count; other seeds: other pairs."
+    r = _ratings(6)
+    shuffled = r.take(np.random.default_rng(1).permutation(len(r)))
+    def kept(data, seed, block=1 << 22, threads=2):
+        with numba_threads(threads):
+            return _pairs(data.user, data.item, keep_mask(data.user, 5, np.random.default_rng(seed), data.n_users, item=data.item, block=block))
+    base = kept(r, 7)
+    assert all(kept(d, 7, b, t) == base for d in (r, shuffled) for b in (1 << 22, 13) for t in (1, 2))
+    assert len(base) == int(np.minimum(np.bincount(r.user), 5).sum()) and len(base) < len(r)
+    assert all(kept(r, s) != base for s in range(8, 14))
+
+
+def test_hashed_keys_make_every_subset_equally_likely_across_users():
+    """One root: 20,000 users holding the same 6 items (and users with other codes, items up to 2**32 - 1) each keep
+    3 of them; every one of the 20 subsets is equally likely (χ²), and the selection is the one of `pair_keys`."""
+    from itertools import combinations
+    index = np.zeros(64, np.int64)
+    for k, s in enumerate(combinations(range(6), 3)): index[sum(1 << q for q in s)] = k
+    for user0, codes, seed in ((0, [0, 1, 2, 3, 4, 5], 1), (10**6, [7, 2**32 - 1, 99, 100, 3, 2**31], 2)):
+        user = np.repeat(np.arange(user0, user0 + 20_000), 6).astype(np.int32)
+        item = np.tile(np.array(codes, np.int64), 20_000)
+        mask = keep_mask(user, 3, np.random.default_rng(seed), item=item)
+        assert np.array_equal(np.flatnonzero(mask), _lexsort_keep(user, 3, pair_keys(np.random.default_rng(seed), user, item)))
+        f = np.bincount(index[mask.reshape(-1, 6) @ (1 << np.arange(6))], minlength=20)
+        assert stats.chisquare(f).pvalue > ACCEPT, f
 
 
 def test_each_subset_is_equally_likely_and_a_biased_sampler_is_caught():
@@ -97,11 +158,11 @@ def test_each_subset_is_equally_likely_and_a_biased_sampler_is_caught():
 
 
 def test_two_users_trimmed_independently():
-    "The subsets of two users are independent (the keys are i.i.d.): a chi-square of the joint table."
-    user = np.repeat(np.arange(2), 4).astype(np.int32)
+    "The subsets of two users of the same items are independent (hashed with the user): a chi-square of the joint table."
+    user, item = np.repeat(np.arange(2), 4).astype(np.int32), np.tile(np.arange(4), 2).astype(np.int32)
     joint = np.zeros((4, 4), np.int64)
     for s in range(8000):
-        k = keep_per_user(user, 1, np.random.default_rng([9, s]))
+        k = keep_per_user(user, 1, np.random.default_rng([9, s]), item=item)
         joint[k[0], k[1] - 4] += 1
     assert stats.chi2_contingency(joint).pvalue > ACCEPT
 
@@ -117,7 +178,7 @@ def _ratings(seed, n_users=40, n_items=30, n=600, presorted=True):
 @pytest.mark.parametrize("presorted", [True, False])
 def test_item_totals_and_user_offsets_are_the_numpy_passes(presorted):
     r = _ratings(0, presorted=presorted)
-    kept = keep_mask(r.user, 5, np.random.default_rng(1), r.n_users)
+    kept = keep_mask(r.user, 5, np.random.default_rng(1), r.n_users, item=r.item)
     sub = r.take(np.flatnonzero(kept))
     x = np.clip(sub.rating.astype(np.float64) - 2.7, -2, 2)
     S, C = item_totals(r, 2.7, kept)
@@ -129,7 +190,7 @@ def test_item_totals_and_user_offsets_are_the_numpy_passes(presorted):
 @pytest.mark.parametrize("presorted", [True, False])
 def test_by_item_is_the_stable_argsort(presorted):
     r = _ratings(3, presorted=presorted)
-    mask = keep_mask(r.user, 6, np.random.default_rng(0), r.n_users)
+    mask = keep_mask(r.user, 6, np.random.default_rng(0), r.n_users, item=r.item)
     kept = np.flatnonzero(mask)
     ptr, u, x = by_item(r, mask)
     o = np.argsort(r.item[kept], kind="stable")
@@ -171,7 +232,7 @@ def test_take_gathers():
 
 def test_masks_and_keys_are_checked():
     r = _ratings(5)
-    idx = keep_per_user(r.user, 2, np.random.default_rng(0), r.n_users)     # indices, not a mask
+    idx = keep_per_user(r.user, 2, np.random.default_rng(0), r.n_users, item=r.item)     # indices, not a mask
     with pytest.raises(ValueError, match="kept: a boolean mask"): item_totals(r, 3.0, idx)
     with pytest.raises(ValueError, match="mask: a boolean mask"): group_by(r.item, r.n_items, mask=np.arange(len(r)))
     with pytest.raises(ValueError, match="integer type"): group_by(np.array([0.0, 1.5]), 3)

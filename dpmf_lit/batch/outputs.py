@@ -25,6 +25,7 @@ __all__ = ['STUDY_NOTEBOOKS', 'PAPER_NOTEBOOKS', 'OUTPUTS_FILE', 'KERNEL_ENV', '
 STUDY_NOTEBOOKS = ("00f_stats", "00h_grouping", "01a_kernels", "01b_mechanism", "01c_vocabulary", "02_privacy",
                    "04a_hua_attacks", "04b_fixed_point", "07a_sgld_checks", "11_compare", "11a_compare_stats",
                    "12_audit_bounds", "12_audit", "12a_privacy_meter", "12b_privacy_meter_others", "12c_privacy_mutants",
+                   "12d_privacy_meter_public",
                    "91c_bench_mechanisms")   # the paper notebooks that are no mechanism's (in their order)
 # with each card's notebook (01d_cards), by number; the study notebooks of one number keep their order
 PAPER_NOTEBOOKS = tuple(sorted(dict.fromkeys(STUDY_NOTEBOOKS + notebooks()), key=lambda n: n.split("_")[0]))

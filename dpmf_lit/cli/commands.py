@@ -106,7 +106,7 @@ def _compare_own(args, settings, profile: str) -> int:
            else _writable(settings.build_dir / "compare" / _own_name(args, profile, dirty), "the output folder"))
     with heartbeat("loading the data", not args.no_progress and sys.stderr.isatty()):
         ratings = load_data(args.dataset.strip() if args.dataset else spec, settings, args.format, file_options(args) or None,
-                            args.item_features, args.item_format)
+                            args.item_features, args.item_format, args.catalogue)
     dask = None
     if args.dask:
         from dpmf_lit.batch.reproduce import connect_scheduler
@@ -138,7 +138,7 @@ def cmd_compare(args) -> int:
     profile = args.profile or settings.profile
     given = [f"--{k.replace('_', '-')}" for k in ("format", "item_format", *FILE_OPTIONS) if getattr(args, k, None) is not None]
     if given and not args.dataset: raise ValueError(f"{'/'.join(given)} describe a --dataset FILE; given without --dataset")
-    own = (args.dataset is not None or args.epsilons or args.seeds or args.splits or args.out or args.dask or args.item_features
+    own = (args.dataset is not None or args.epsilons or args.seeds or args.splits or args.out or args.dask or args.item_features or args.catalogue
            or args.allow_dirty or profile != COMMITTED_PROFILE)
     if own: return _compare_own(args, settings, profile)
     entry = next(e for e in load_manifest(None, settings) if e.id == "compare")
@@ -186,6 +186,7 @@ def compare_parser(sub, common, fmt):
     c.add_argument("--format", choices=FORMATS, default=None, metavar="FORMAT", help=f"format of the --dataset file when its extension does not say: {', '.join(FORMATS)}")
     add_file_options(c)
     c.add_argument("--item-features", metavar="PATH", default=None, help="a file of public item features to attach (e.g. movies.dat)")
+    c.add_argument("--catalogue", metavar="PATH", default=None, help="a file of every item id that exists, one per line (the public catalogue; see dpmf fit --help)")
     c.add_argument("--item-format", choices=ITEM_FORMATS, default=None, metavar="FORMAT", help="its format (default: from its first line)")
     c.add_argument("--profile", choices=PROFILES, default=None, help="smoke (synthetic, a minute), quick (MovieLens 100K, the committed one) or paper; default: settings.ini")
     c.add_argument("--epsilons", type=_epsilon_list, default=None, metavar="E1,E2,...", help="target ε values (default: the profile's)")

@@ -164,7 +164,7 @@ NOT_COVERED = ("n_train, n_test, the test metrics (rmse, mae, ...), fit_seconds 
 
 def fit_report(mechanism: str, dataset: str, params: dict | None = None, test_fraction: float = 0.2, seed: int = 0,
                settings=None, progress: bool = False, format: str | None = None, on_duplicate: str | None = None,
-               item_features: str | None = None, item_format: str | None = None,
+               item_features: str | None = None, item_format: str | None = None, catalogue: str | None = None,
                options: dict | None = None,    # more loader options, e.g. scale='1,5', columns='userId,movieId,rating'
                ) -> dict:
     "Fit `mechanism` on a random split of `dataset` (a settings.ini name, a ratings file or `synthetic:...`); the dict `dpmf fit --json` prints."
@@ -178,7 +178,7 @@ def fit_report(mechanism: str, dataset: str, params: dict | None = None, test_fr
     dataset_kind(dataset, settings, format, options)
     model = cls(**params)                      # names an unknown parameter or a bad value, before any data is loaded
     with heartbeat(f"loading {dataset}", progress):    # a large file takes a while: said on a terminal
-        ratings = load_data(dataset, settings, format, options, item_features, item_format)
+        ratings = load_data(dataset, settings, format, options, item_features, item_format, catalogue)
     train, test = data.random_split(ratings, test_fraction=test_fraction, seed=seed)
     with numba_compile_seconds() as compiling: fitted = model.fit(train, progress=progress)
     metrics = mf.evaluate(fitted, test)
@@ -233,7 +233,8 @@ def cmd_fit(args) -> int:
     params = parse_assignments(args.set or [])
     rep = fit_report(args.mechanism, args.dataset, params, args.test_fraction, args.seed, settings=settings_from_args(args),
                      progress=sys.stderr.isatty(), format=args.format, on_duplicate=args.on_duplicate,
-                     item_features=args.item_features, item_format=args.item_format, options=file_options(args))
+                     item_features=args.item_features, item_format=args.item_format, catalogue=args.catalogue,
+                     options=file_options(args))
     print(json.dumps(rep) if args.json else fit_summary(rep))
     return 0
 
@@ -368,6 +369,8 @@ def _fit_parser(sub, common, fmt):
     add_file_options(fit)
     fit.add_argument("--on-duplicate", choices=ON_DUPLICATE, default=None,
                      help="a repeated (user, item) pair in the data: error (default), or keep the first or the last rating")
+    fit.add_argument("--catalogue", metavar="PATH", default=None,
+                     help="a file of every item id that exists, one per line: the public catalogue the item codes (and every released per-item array) run over; without it, the data set's item file where it lists every rated item, else the items the ratings name (the guarantee is then conditional on them)")
     fit.add_argument("--item-features", metavar="PATH", default=None,
                      help="attach the public item features of this file (for a data set: instead of its own)")
     fit.add_argument("--item-format", choices=ITEM_FORMATS, default=None, metavar="FORMAT",

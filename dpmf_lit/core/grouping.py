@@ -124,7 +124,7 @@ _GOLDEN, _M1, _M2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9)
 
 @njit(cache=True)
 def _mix(x):
-    "SplitMix64's finaliser h(x): a bijection of 64-bit words that spreads every input bit over the output."
+    "h(x), the first output of SplitMix64 seeded with x: Stafford's Mix13 finaliser of x + γ, a bijection of 64-bit words."
     z = x + _GOLDEN
     z = (z ^ (z >> np.uint64(30))) * _M1
     z = (z ^ (z >> np.uint64(27))) * _M2
@@ -145,26 +145,24 @@ def pair_keys(rng: np.random.Generator, user, item) -> np.ndarray:
     return _pair_keys(root, np.ascontiguousarray(user), np.ascontiguousarray(item))
 
 # %% ../../nbs/00h_grouping.ipynb #9f05a844
-def keep_mask(user,                  # user code of each rating
-              max_ratings: int,      # τ: ratings kept of each user
-              rng: np.random.Generator,  # draws the root of the keys (one draw); without `item`: `rng.random(n)`, in rating order
-              n_users: int | None = None,  # users (default: the largest code + 1)
-              item=None,             # item code of each rating: each key is a hash of (root, user, item), one stream per user
-              priority=None,         # π: a number per item; the ratings of the lowest are kept first (None: uniform)
-              block: int = 1 << 22,  # keys drawn at a time when `user` is non-decreasing
-              ) -> np.ndarray:
-    "Boolean mask of each user's ≤ τ kept ratings: a uniformly random subset, or the τ of smallest (priority, key). O(n)."
+def _checked(user, max_ratings, n_users, item, priority, block):
+    "(τ, block, user, n_users, item, the item codes `priority` reads, priority), checked."
     tau, block = check_int("max_ratings", max_ratings, 1), check_int("block", block, 1)
     user = np.ascontiguousarray(user)
     n_users = (int(user.max()) + 1 if len(user) else 1) if n_users is None else check_int("n_users", n_users, 1)
-    items = None if item is None else np.ascontiguousarray(item)
-    if items is not None and items.shape != user.shape: raise ValueError(f"item: shape {items.shape} is not user's {user.shape}")
-    if priority is None: kitem, priority = np.zeros(0, np.int32), np.zeros(0)
-    else: kitem, priority = items, np.ascontiguousarray(priority, np.float64)
-    if items is not None and isinstance(rng, np.random.Generator):      # one stream per user: a hash of (root, user, item)
-        root = np.uint64(rng.integers(0, 2**63, dtype=np.int64))
-        keys = lambda a, b: _pair_keys(root, user[a:b], items[a:b])
-    else: keys = lambda a, b: rng.random(int(b - a))                     # in rating order (explicit keys in tests)
+    if item is None:
+        if priority is not None: raise ValueError("priority: needs `item`, the item code of each rating")
+        return tau, block, user, n_users, None, np.zeros(0, np.int32), np.zeros(0)
+    item = np.ascontiguousarray(item)
+    if item.shape != user.shape: raise ValueError(f"item: shape {item.shape} is not user's {user.shape}")
+    if item.dtype.kind not in "iu": raise ValueError(f"item: dtype {item.dtype} must be an integer type (codes)")
+    if len(item) and (int(item.min()) < 0 or int(item.max()) >= 2**32):
+        raise ValueError(f"item: codes span [{int(item.min())}, {int(item.max())}], outside [0, 2**32)")
+    if priority is None: return tau, block, user, n_users, item, np.zeros(0, np.int32), np.zeros(0)
+    return tau, block, user, n_users, item, item, np.ascontiguousarray(priority, np.float64)
+
+def _trim(user, tau, n_users, keys, kitem, priority, block) -> np.ndarray:
+    "The mask, `keys(a, b)` giving the keys of ratings a..b−1: a block of whole users at a time when `user` is non-decreasing."
     ptr, order = group_by(user, n_users)
     keep = np.zeros(len(user), np.bool_)
     if order is not None:
@@ -172,28 +170,52 @@ def keep_mask(user,                  # user code of each rating
         return keep
     u0, none = 0, np.zeros(0, np.int64)
     while u0 < n_users:
-        u1 = max(u0 + 1, int(np.searchsorted(ptr, ptr[u0] + block, side="right")) - 1)
-        u1 = min(u1, n_users)
+        u1 = min(max(u0 + 1, int(np.searchsorted(ptr, ptr[u0] + block, side="right")) - 1), n_users)
         _keep_smallest(ptr, none, ptr[u0], keys(ptr[u0], ptr[u1]), kitem, priority, tau, u0, u1, keep)
         u0 = u1
     return keep
 
-def keep_per_user(user, max_ratings: int, rng: np.random.Generator, n_users: int | None = None,
-                  item=None, priority=None, block: int = 1 << 22) -> np.ndarray:
+def keep_mask(user,                  # user code of each rating
+              max_ratings: int,      # τ: ratings kept of each user
+              rng: np.random.Generator,  # draws the root ρ of the keys (one draw)
+              n_users: int | None = None,  # users (default: the largest code + 1)
+              *,
+              item,                  # item code of each rating, in [0, 2³²): each key is a hash of (ρ, user, item)
+              priority=None,         # π: a number per item; the ratings of the lowest are kept first (None: uniform)
+              block: int = 1 << 22,  # keys computed at a time when `user` is non-decreasing
+              ) -> np.ndarray:
+    "Boolean mask of each user's ≤ τ kept ratings: a uniformly random subset, or the τ of smallest (priority, key). O(n)."
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng: a numpy Generator, which draws the keys' root, got {type(rng).__name__}")
+    if item is None: raise TypeError("item: the item code of each rating is required (each key is a hash of root, user and item)")
+    tau, block, user, n_users, item, kitem, priority = _checked(user, max_ratings, n_users, item, priority, block)
+    root = np.uint64(rng.integers(0, 2**63, dtype=np.int64))
+    return _trim(user, tau, n_users, lambda a, b: _pair_keys(root, user[a:b], item[a:b]), kitem, priority, block)
+
+def keep_per_user(user, max_ratings: int, rng: np.random.Generator, n_users: int | None = None, *,
+                  item, priority=None, block: int = 1 << 22) -> np.ndarray:
     "Sorted indices (int64) of the ratings `keep_mask` keeps."
-    return np.flatnonzero(keep_mask(user, max_ratings, rng, n_users, item, priority, block))
+    return np.flatnonzero(keep_mask(user, max_ratings, rng, n_users, item=item, priority=priority, block=block))
+
+def _keep_by_keys(user, max_ratings: int, keys, n_users: int | None = None, item=None, priority=None,
+                  block: int = 1 << 22) -> np.ndarray:
+    "`keep_mask` on the keys ξ handed to it, one per rating in rating order, in place of the hashed ones (for tests)."
+    tau, block, user, n_users, item, kitem, priority = _checked(user, max_ratings, n_users, item, priority, block)
+    keys = np.ascontiguousarray(keys, np.float64)
+    if keys.shape != user.shape: raise ValueError(f"keys: shape {keys.shape} is not user's {user.shape}")
+    return _trim(user, tau, n_users, lambda a, b: keys[a:b], kitem, priority, block)
 
 # %% ../../nbs/00h_grouping.ipynb #f398578c
 def subset_frequencies(n: int = 6, tau: int = 3, draws: int = 20_000, seed: int = 0, bias: float = 0.0) -> np.ndarray:
     "How often each τ-subset of one user's n ratings (items 0..n−1) is kept, over `draws` roots; `bias` > 0 shrinks the first rating's key (a wrong sampler, for the test's power)."
     from itertools import combinations
-    from types import SimpleNamespace
     index = {s: k for k, s in enumerate(combinations(range(n), tau))}
     counts, user, item = np.zeros(len(index), np.int64), np.zeros(n, np.int32), np.arange(n, dtype=np.int32)
     for s in range(draws):
         rng = np.random.default_rng([seed, s])
         if bias:
-            key = pair_keys(rng, user, item); key[0] *= 1 - bias
-            rng = SimpleNamespace(random=lambda size, _k=key: _k)   # hands the biased keys to the sampler
-        counts[index[tuple(keep_per_user(user, tau, rng, item=item))]] += 1
+            key = pair_keys(rng, user, item); key[0] *= 1 - bias        # the hashed keys, the first one biased
+            kept = np.flatnonzero(_keep_by_keys(user, tau, key, item=item))
+        else: kept = keep_per_user(user, tau, rng, item=item)
+        counts[index[tuple(kept)]] += 1
     return counts

@@ -13,8 +13,8 @@ __all__ = ['Ratings', 'ItemFeatures', 'ratings_sha256', 'reindex', 'filter_count
            'DelimitedLayout', 'sniff_delimited', 'read_delimited', 'load_delimited', 'fetch_dataset', 'dataset_paths',
            'load_dataset', 'check_dataset', 'RATINGS_EXTENSIONS', 'is_ratings_path', 'check_file', 'load_file',
            'DatasetRow', 'list_datasets', 'ItemTable', 'ITEM_FORMATS', 'parse_items', 'read_items', 'item_table_sha256',
-           'write_items', 'encode_items', 'features_for', 'attach_item_features', 'synthetic', 'synthetic_memory',
-           'available_memory', 'normal_table']
+           'write_items', 'encode_items', 'features_for', 'attach_item_features', 'on_catalogue', 'read_catalogue',
+           'synthetic', 'synthetic_memory', 'available_memory', 'normal_table']
 
 # %% ../../nbs/00_data.ipynb #726d3b6e
 from .ratings import Ratings, ItemFeatures, ratings_sha256
@@ -28,9 +28,9 @@ from .formats import (
 from .datasets import (
     fetch_dataset, dataset_paths, load_dataset, check_dataset, RATINGS_EXTENSIONS, is_ratings_path, check_file, load_file,
     DatasetRow, list_datasets)
-from dpmf_lit.data.item_features import (
+from .item_features import (
     ItemTable, ITEM_FORMATS, parse_items, read_items, item_table_sha256, write_items, encode_items, features_for,
-    attach_item_features)
+    attach_item_features, on_catalogue, read_catalogue)
 from .synthetic import synthetic, synthetic_memory, available_memory, normal_table
 
 _all_ = [                                       # the names above are this module's public names
@@ -42,5 +42,5 @@ _all_ = [                                       # the names above are this modul
     "parse_columns", "DelimitedLayout", "sniff_delimited", "read_delimited", "load_delimited", "fetch_dataset",
     "dataset_paths", "load_dataset", "check_dataset", "RATINGS_EXTENSIONS", "is_ratings_path", "check_file", "load_file", "DatasetRow", "list_datasets",
     "ItemTable", "ITEM_FORMATS", "parse_items", "read_items", "item_table_sha256", "write_items", "encode_items",
-    "features_for", "attach_item_features", "synthetic", "synthetic_memory",
+    "features_for", "attach_item_features", "on_catalogue", "read_catalogue", "synthetic", "synthetic_memory",
     "available_memory", "normal_table"]

@@ -15,7 +15,7 @@ import pandas as pd
 from ..core.checks import UserError, atomic_write, check_bool, check_choice, check_positive, show
 from .formats import (ANIME_FORMAT, DELIMITED_OPTIONS, FORMATS, ML_CSV_FORMAT, READERS, check_options,
                                    finish_raw, loader_options, read_raw, sniff_delimited, where_to_get)
-from .item_features import ItemTable, attach_item_features, features_for, item_table_sha256, parse_items, read_items, write_items
+from .item_features import ItemTable, attach_item_features, features_for, item_table_sha256, parse_items, read_catalogue, read_items, write_items
 from .ratings import Ratings, sha256_arrays
 from ..core.settings import Settings, load_settings
 
@@ -352,19 +352,23 @@ def load_dataset(name_or_path,                     # a data set of settings.ini,
                  item_format: str | None = None,   # the format of that file (default: from its first line)
                  format: str | None = None,        # a file's format, one of FORMATS (default: from its extension and first line)
                  name: str | None = None,          # the name of the Ratings (default: the data set's, or the path as given)
+                 catalogue=None,                   # the declared catalogue: a file of item ids (one per line) or a list (None: the item file's, else the ratings')
                  **options,                        # loader options, e.g. on_duplicate='first', keep_unrated=True, scale=(1, 5), columns='userId,movieId,rating'
                  ) -> Ratings:
     """`Ratings` of a data set of settings.ini, or of a ratings file in any known format. A data set is loaded from data_dir,
     fetched first when missing, allowed (`fetch`) and possible (`auto = yes`), its count and checksum checked (`verify`),
     its item file attached as `Ratings.item_features` where there is one (`item_features=True`; a path attaches that
-    file's features instead). A file is read in `format` (default: from its extension and first line). `options` go to
-    the loader; every argument is checked before any ratings are read."""
+    file's features instead), and its item codes over that file's catalogue where it lists every rated item, or over the
+    declared `catalogue`. A file is read in `format` (default: from its extension and first line). `options` go to the
+    loader; every argument is checked before any ratings are read."""
     check_bool("fetch", fetch); check_bool("verify", verify)
     if name is not None and not isinstance(name, str): raise ValueError(f"name={show(name)} must be a string")
     s, spec, options = settings or load_settings(), _spec(name_or_path), _given(options)
     kind, what = _resolve(spec, s, format, options)
-    if kind == "file": return _load_file(spec, what, name, item_features, item_format, options)
-    return _load_named(spec, s, fetch, verify, item_features, item_format, options, name)
+    ids = None if catalogue is None else read_catalogue(catalogue)          # read and checked before the ratings
+    if kind == "file": r = _load_file(spec, what, name, item_features, item_format, options)
+    else: r = _load_named(spec, s, fetch, verify, item_features, item_format, options, name)
+    return r if ids is None else r.with_catalogue(ids)
 
 # %% ../../nbs/00d_datasets.ipynb #b9fa6587
 class DatasetRow(NamedTuple):

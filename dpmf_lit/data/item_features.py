@@ -17,7 +17,7 @@ from .ratings import ItemFeatures, Ratings
 # %% auto #0
 __all__ = ['ML100K_GENRES', 'RECBOLE_ITEM_HEADER', 'ML_CSV_ITEMS_HEADER', 'ANIME_ITEMS_HEADER', 'ITEM_FORMATS', 'ItemTable',
            'parse_items', 'read_items', 'item_table_sha256', 'write_items', 'encode_items', 'features_for',
-           'on_catalogue', 'attach_item_features']
+           'on_catalogue', 'attach_item_features', 'read_catalogue']
 
 # %% ../../nbs/00g_item_features.ipynb #dbd24e0b
 @dataclass(frozen=True, eq=False)
@@ -365,3 +365,20 @@ def attach_item_features(ratings: Ratings,
     table = items if isinstance(items, ItemTable) else read_items(items, format)
     r = on_catalogue(ratings, table)
     return r.with_features(features_for(r, table))
+
+# %% ../../nbs/00g_item_features.ipynb #6841e0fc
+def read_catalogue(catalogue,                # the path of a file of item ids, one per line, or a list of ids
+                   ) -> np.ndarray:
+    "The item ids of a declared catalogue: integers where every line is one, else strings; blank lines and `#` comments skipped."
+    if not isinstance(catalogue, (str, os.PathLike)):
+        ids = np.asarray(catalogue)
+        if ids.ndim != 1 or len(ids) == 0: raise ValueError(f"catalogue={show(catalogue)} must be a file of item ids or a non-empty list of them")
+        return ids
+    path = Path(catalogue)
+    try: text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e: raise ValueError(f"catalogue={str(catalogue)!r} cannot be read: {e}") from None
+    lines = [l.split("#", 1)[0].strip() for l in text.splitlines()]
+    ids = [l for l in lines if l]
+    if not ids: raise ValueError(f"catalogue={str(catalogue)!r} lists no item id")
+    try: return np.array([int(x) for x in ids], np.int64)
+    except ValueError: return np.array(ids, dtype=object)

@@ -120,17 +120,21 @@ def dataset_kind(dataset: str, settings, format: str | None = None, options: dic
     return "synthetic"
 
 def load_data(dataset: str, settings=None, format: str | None = None, options: dict | None = None,
-              item_features: str | None = None, item_format: str | None = None):
-    "The `Ratings` of `dataset` (a settings.ini name, a ratings file or `synthetic:...`), with `item_features` attached; every argument checked first."
+              item_features: str | None = None, item_format: str | None = None, catalogue=None):
+    "The `Ratings` of `dataset` (a settings.ini name, a ratings file or `synthetic:...`), with `item_features` attached, on the declared `catalogue` (a file of item ids) where given; every argument checked first."
     from dpmf_lit import data
     settings, options = settings or load_settings(), options or {}
     kind = dataset_kind(dataset, settings, format, options)
     if item_format is not None and item_features is None: raise ValueError("--item-format is the format of the --item-features file")
     items = None if item_features is None else data.read_items(item_features, item_format)   # a bad file stops here
+    ids = None if catalogue is None else data.read_catalogue(catalogue)                       # so does a bad catalogue
     if kind == "synthetic": ratings = load_ratings(dataset, settings=settings)
     else: ratings = data.load_dataset(dataset.strip() if isinstance(dataset, str) else dataset, settings=settings, format=format,
                                       item_features=items is None, **options)      # one loader for names and files
-    return ratings if items is None else data.attach_item_features(ratings, items)
+    ratings = ratings if items is None else data.attach_item_features(ratings, items)
+    if ids is None: return ratings
+    ratings = ratings.with_catalogue(ids)                                      # the declared catalogue, whatever the file lists
+    return ratings if items is None else ratings.with_features(data.features_for(ratings, items))
 
 # %% ../../nbs/92_experiment.ipynb #e9e2a55f
 _SCRATCH = "dpmf-experiment-"

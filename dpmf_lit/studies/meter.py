@@ -18,8 +18,8 @@ from .audit import release_vector
 
 # %% auto #0
 __all__ = ['METER', 'OBJECTIVE', 'ObservedRelease', 'ReleaseLog', 'logged_fit', 'release_loss', 'meter_pairs', 'claimed_mu',
-           'Reading', 'read_meter', 'meter_table', 'resolve_target', 'swapped', 'wrapping', 'given_rows',
-           'read_objective']
+           'Reading', 'replay_problems', 'read_meter', 'meter_table', 'resolve_target', 'swapped', 'wrapping',
+           'given_rows', 'read_objective']
 
 # %% ../../nbs/12a_privacy_meter.ipynb #c5e58bfc
 @dataclass
@@ -146,7 +146,7 @@ def _noise_problems(logs) -> list:
 
 
 # %% ../../nbs/12a_privacy_meter.ipynb #f451b53d
-def _replay_problems(ma, mb, target: int) -> list:
+def replay_problems(ma, mb, target: int) -> list:
     "Given the same Gaussian releases, the released arrays, what the fit prints (parameters, history, report) and every other user's on-device rows must not differ between D and D′."
     out, released = [], ma.privacy.released
     if not np.array_equal(release_vector(ma, released), release_vector(mb, released)):
@@ -187,7 +187,7 @@ def read_meter(name: str, params: dict | None = None, seeds=(0, 1, 2), tau: int 
             if len(lb.releases) != len(la.releases): reading.problems.append(f"{label}: {len(la.releases)} releases on D, {len(lb.releases)} on D′")
             loss = math.sqrt(sum(release_loss(a, b) ** 2 for a, b in zip(la.releases, lb.releases)))
             reading.losses[f"{label} (seed {s})"] = loss
-            reading.problems += [f"{label}: {p}" for p in _replay_problems(ma, mb, D.n_users - 1)]
+            reading.problems += [f"{label}: {p}" for p in replay_problems(ma, mb, D.n_users - 1)]
             for k, (a, b) in enumerate(zip(la.releases, lb.releases)):
                 first = sigmas.setdefault(k, a.sigma)
                 if not (np.array_equal(a.sigma, b.sigma) and first.shape == a.sigma.shape and np.array_equal(first, a.sigma)):

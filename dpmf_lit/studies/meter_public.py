@@ -13,7 +13,7 @@ from ..data import Ratings, load_dataset
 from ..data.ratings import ratings_sha256
 from ..model.mechanism import get_mechanism
 from .audit import release_vector
-from .meter import METER, Reading, _replay_problems, claimed_mu, logged_fit, release_loss, wrapping
+from .meter import METER, Reading, replay_problems, claimed_mu, logged_fit, release_loss, wrapping
 
 # %% auto #0
 __all__ = ['LOADER_USERS', 'LOADER_ITEMS', 'LOADER_LISTED', 'loader_rows', 'loader_pairs', 'read_loader', 'read_standin',
@@ -98,7 +98,7 @@ def read_loader(name: str, params: dict | None = None, seeds=(0, 1), item_file: 
                     if not np.array_equal(*(release_vector(m, rep.released) for m in (ma, mb))):
                         reading.problems.append("removed: the released arrays differ given the same Gaussian releases")
                 else:
-                    reading.problems += [f"{label} (seed {s}): {p}" for p in _replay_problems(ma, mb, target)]
+                    reading.problems += [f"{label} (seed {s}): {p}" for p in replay_problems(ma, mb, target)]
                     for k in ("V", "item_bias"):      # the item side: public facts and released values, nothing else
                         a, b = getattr(ma, k), getattr(mb, k)
                         if a is not None and not np.array_equal(a, b):

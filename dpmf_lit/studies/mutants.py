@@ -149,8 +149,8 @@ MUTANTS = (
            equivalent="each user's keys are a hash of the root, the user and the item (00h_grouping), so a user's kept subset depends "
                       "on that user's own items alone: the item totals move by at most the sensitivity for every root, a public one "
                       "included; the trimming needs no secret, the Gaussian noise does (its stream stays the fit's)"),
-    Mutant("dp-bias", "the trimming keys drawn in rating order from one stream (not one stream per user)", f"{B}:release_item_totals",
-           "rng_keep, ratings.n_users, item=ratings.item)", "rng_keep, ratings.n_users)"),
+    Mutant("dp-bias", "the trimming keys drawn in rating order from one stream (not one stream per user)", "dpmf_lit.core.grouping:keep_mask",
+           "lambda a, b: _pair_keys(root, user[a:b], item[a:b])", "lambda a, b: rng.random(int(b - a))"),
     # new with the catalogue, the stand-in's inputs and the prior's divisor
     Mutant("dp-bias", "the stand-in built from private counts (the items rated)", f"{S}:public_standin",
            "n_users, n_items = ratings.n_users, ratings.n_items", "n_users, n_items = ratings.n_users, len(np.unique(ratings.item))"),
