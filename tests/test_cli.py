@@ -539,3 +539,17 @@ def test_a_declared_catalogue_puts_the_item_codes_on_it_and_the_headline_end_to_
     (tmp_path / "short.txt").write_text("\n".join(items[1:]) + "\n")
     p = dpmf(*base, "--catalogue", tmp_path / "short.txt")
     assert p.returncode == 2 and "dpmf: error:" in p.stderr and "1 rated item(s) are not in the catalogue" in p.stderr, p.stderr
+
+
+def test_a_negative_scale_is_given_with_a_space_as_with_an_equals_sign(tmp_path):
+    "The fuzz: `--scale -10,10` stopped at argparse ('expected one argument'); only `--scale=-10,10` worked."
+    f = tmp_path / "signed.csv"
+    f.write_text("user,item,rating\n" + "".join(f"u{u},{i},{(u * i) % 21 - 10}\n" for u in range(30) for i in range(20)))
+    runs = [dpmf("fit", "dp-bias", "--dataset", f, *scale, "--set", "seed=0", "--json") for scale in (("--scale", "-10,10"), ("--scale=-10,10",))]
+    assert [p.returncode for p in runs] == [0, 0], [p.stderr for p in runs]
+    a, b = (json.loads(p.stdout) for p in runs)
+    assert a["rmse"] == b["rmse"] and "read from the data" not in runs[0].stderr and "rating scale" not in a["privacy"]["scope"]
+    p = dpmf("fit", "global-mean", "--dataset", f, "--scale", "-5,10")
+    assert p.returncode == 2 and "rating=-10 is outside the scale [-5, 10]" in p.stderr, p.stderr   # the scale was read, and used
+    p = dpmf("compare", "--dataset", f, "--epsilons", "-1,2", "--out", tmp_path / "out")
+    assert p.returncode == 2 and "every ε must be a finite number > 0" in p.stderr and not (tmp_path / "out").exists(), p.stderr
