@@ -243,7 +243,8 @@ def compare_parser(sub, common, fmt):
     c.add_argument("--seeds", type=_positive, default=None, metavar="N", help="noise seeds 0..N-1 of every test number (default: the profile's)")
     c.add_argument("--splits", type=_positive, default=None, metavar="N", help="random 80/10/10 splits (default: the profile's)")
     c.add_argument("--unit", choices=("user", "rating"), default=None, help="print only the panel of this privacy unit (default: both)")
-    c.add_argument("--out", metavar="DIR", default=None, help="where a run other than the committed one writes (default: build/compare/NAME)")
+    c.add_argument("--out", metavar="DIR", default=None, help="where a run other than the committed one writes (default: build/compare/NAME): a new folder, or an earlier "
+                                                                 "run of dpmf compare, which it replaces; any other folder or file is refused")
     c.add_argument("--dask", metavar="ADDRESS", default=None, help="run the fits on the Dask scheduler at ADDRESS (tcp://host:8786)")
     c.add_argument("--json", action="store_true", help="print the numbers as JSON")
     c.add_argument("--force", action="store_true", help="rerun the committed comparison although its record is current")
