@@ -97,7 +97,7 @@ def _lookup(ids, table, n: int, what: str) -> tuple[np.ndarray, np.ndarray]:
 
 def _bad_ids(ids, what):
     "The error of `unknown='error'` for `ids` not in the training data (whose own ids are not shown: they may be private)."
-    shown = ", ".join(show_short(x, 40) for x in np.ravel(ids)[:3].tolist()) + (f" and {len(ids) - 3:,} more" if len(ids) > 3 else "")
+    shown = ", ".join(show_short(x, 40) for x in np.ravel(ids)[:3].tolist()) + (" and others" if len(ids) > 3 else "")   # no count: which ids are known is the data's
     raise ValueError(f"{what} id(s) {shown} not in the training data's {what}s (unknown='default' predicts them as a cold start)")
 
 
