@@ -539,3 +539,50 @@ def test_a_declared_catalogue_puts_the_item_codes_on_it_and_the_headline_end_to_
     (tmp_path / "short.txt").write_text("\n".join(items[1:]) + "\n")
     p = dpmf(*base, "--catalogue", tmp_path / "short.txt")
     assert p.returncode == 2 and "dpmf: error:" in p.stderr and "1 rated item(s) are not in the catalogue" in p.stderr, p.stderr
+
+
+def test_a_negative_scale_is_given_with_a_space_as_with_an_equals_sign(tmp_path):
+    "The fuzz: `--scale -10,10` stopped at argparse ('expected one argument'); only `--scale=-10,10` worked."
+    f = tmp_path / "signed.csv"
+    f.write_text("user,item,rating\n" + "".join(f"u{u},{i},{(u * i) % 21 - 10}\n" for u in range(30) for i in range(20)))
+    runs = [dpmf("fit", "dp-bias", "--dataset", f, *scale, "--set", "seed=0", "--json") for scale in (("--scale", "-10,10"), ("--scale=-10,10",))]
+    assert [p.returncode for p in runs] == [0, 0], [p.stderr for p in runs]
+    a, b = (json.loads(p.stdout) for p in runs)
+    assert a["rmse"] == b["rmse"] and "read from the data" not in runs[0].stderr and "rating scale" not in a["privacy"]["scope"]
+    p = dpmf("fit", "global-mean", "--dataset", f, "--scale", "-5,10")
+    assert p.returncode == 2 and "rating=-10 is outside the scale [-5, 10]" in p.stderr, p.stderr   # the scale was read, and used
+    p = dpmf("compare", "--dataset", f, "--epsilons", "-1,2", "--out", tmp_path / "out")
+    assert p.returncode == 2 and "every ε must be a finite number > 0" in p.stderr and not (tmp_path / "out").exists(), p.stderr
+
+
+READ_BODY = "".join(f"u{u},i{i},{(u * i) % 5 + 1}\n" for u in range(6) for i in range(4))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("u1,i1,NaN\n" + READ_BODY, "line 1: malformed line (rating 'NaN' is not a number)"),        # was: the line dropped, exit 0
+    ("u1,i1,\n" + READ_BODY, "line 1: malformed line (rating is empty"),
+    ("u1,i1,good\n" + READ_BODY, "line 1: malformed line (rating 'good' is not a number)"),
+    ("user,item,rating\nu\x009,i1,3\n" + READ_BODY, "line 2: malformed line (a NUL byte"),          # was: accepted
+    ("u1,i9," + "x" * 10**6 + "\n" + READ_BODY, "line 1: "),                                      # was: an internal error
+    (READ_BODY + "u9,i9," + "x" * 10**6 + "\n", "line 25: malformed line (rating 'xxx"),           # was: the 1 MB field echoed
+    ("\udcff", "r.csv"),                                                                            # random bytes, below
+], ids=["nan-first", "empty-first", "word-first", "nul", "huge-first", "huge-field", "random-bytes"])
+def test_a_bad_ratings_file_is_one_short_error_line(tmp_path, text, message):
+    f = tmp_path / "r.csv"
+    if text == "\udcff": f.write_bytes(bytes(range(256)) * 8 + b"\r\x00\n,,\r")
+    else: f.write_text(text)
+    p = dpmf("fit", "global-mean", "--dataset", f, "--scale", "1,5", "--figures-dir", tmp_path / "f", "--build-dir", tmp_path / "b")
+    assert p.returncode == 2 and p.stdout == "", (p.returncode, p.stderr[:500])
+    assert p.stderr.startswith(f"dpmf: error: {f}") and message in p.stderr and len(p.stderr) < 500, p.stderr[:500]
+    assert not (tmp_path / "f").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_file_of_cr_line_ends_is_read_as_its_lf_twin(tmp_path):
+    "CR alone (classic Mac OS) used to stop at `dpmf: internal error: new-line character seen in unquoted field`."
+    text = "user,item,rating\n" + READ_BODY
+    (tmp_path / "lf.csv").write_text(text)
+    (tmp_path / "cr.csv").write_bytes(text.replace("\n", "\r").encode())
+    runs = [dpmf("fit", "bias", "--dataset", tmp_path / n, "--scale", "1,5", "--json") for n in ("lf.csv", "cr.csv")]
+    assert [p.returncode for p in runs] == [0, 0], [p.stderr for p in runs]
+    a, b = (json.loads(p.stdout) for p in runs)
+    assert (a["n_train"], a["n_test"], a["rmse"]) == (b["n_train"], b["n_test"], b["rmse"]) and a["n_train"] + a["n_test"] == 24

@@ -6,7 +6,7 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/cli.html.md"""
 
 # %% ../../nbs/93_cli.ipynb #5ce085c8
 from __future__ import annotations
-import argparse, contextlib, inspect, json, os, shutil, sys, textwrap, traceback
+import argparse, contextlib, inspect, json, os, re, shutil, sys, textwrap, traceback
 from pathlib import Path
 from ..core.checks import UserError, check_fraction
 from ..data.formats import FORMATS
@@ -21,9 +21,9 @@ from ..batch.reproduce import reproduce
 from .commands import add_file_options, file_options, settings_from_args
 
 # %% auto #0
-__all__ = ['CLI_PATHS_HELP', 'NOT_COVERED', 'USER_ERRORS', 'EXIT_PIPE', 'cmd_data_list', 'cmd_data_fetch', 'mechanism_help',
-           'mechanism_parameters_help', 'numba_compile_seconds', 'fit_report', 'fit_summary', 'cmd_fit', 'cmd_bench',
-           'cmd_reproduce', 'build_parser', 'main']
+__all__ = ['CLI_PATHS_HELP', 'NOT_COVERED', 'SIGNED_OPTIONS', 'USER_ERRORS', 'EXIT_PIPE', 'cmd_data_list', 'cmd_data_fetch',
+           'mechanism_help', 'mechanism_parameters_help', 'numba_compile_seconds', 'fit_report', 'fit_summary',
+           'cmd_fit', 'cmd_bench', 'cmd_reproduce', 'join_signed', 'build_parser', 'main']
 
 # %% ../../nbs/93_cli.ipynb #597dacc7
 class _Parser(argparse.ArgumentParser):
@@ -431,6 +431,18 @@ def _bench_and_reproduce_parsers(sub, common, fmt):
 # %% ../../nbs/93_cli.ipynb #2bbbac21
 from .commands import audit_parser, compare_parser, cmd_audit, cmd_compare
 
+# %% ../../nbs/93_cli.ipynb #e1cc1d41
+SIGNED_OPTIONS = ("--scale", "--epsilons")   # options whose value may start with '-' and a digit (a negative scale, a refused ε)
+
+def join_signed(argv: list) -> list:
+    "`argv` with `--scale -10,10` written `--scale=-10,10`, for each option of `SIGNED_OPTIONS` followed by a word that starts with '-' and a digit."
+    out, k = [], 0
+    while k < len(argv):
+        if argv[k] in SIGNED_OPTIONS and k + 1 < len(argv) and re.match(r"-\.?\d", argv[k + 1]):
+            out.append(f"{argv[k]}={argv[k + 1]}"); k += 2
+        else: out.append(argv[k]); k += 1
+    return out
+
 # %% ../../nbs/93_cli.ipynb #da2f21b1
 def build_parser() -> argparse.ArgumentParser:
     "The `dpmf` argument parser with its subcommands."
@@ -464,7 +476,8 @@ def _pipe_closed() -> int:
 
 def main(argv=None) -> int:
     "Entry point of the `dpmf` console script; returns the exit status."
-    debug = "--debug" in (sys.argv[1:] if argv is None else [str(a) for a in argv])
+    argv = join_signed([str(a) for a in (sys.argv[1:] if argv is None else argv)])
+    debug = "--debug" in argv
     try:
         args = build_parser().parse_args(argv)
         code = int(args.func(args) or 0)

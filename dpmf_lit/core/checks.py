@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 
 # %% auto #0
-__all__ = ['INT64_MAX', 'Positive', 'Fraction', 'Bool', 'UserError', 'show', 'check_float', 'check_int', 'check_positive',
-           'check_fraction', 'check_bool', 'check_choice', 'check_seed', 'generator', 'check_unit_interval', 'Check',
-           'Int', 'Float', 'Choice', 'atomic_write_many', 'atomic_write']
+__all__ = ['INT64_MAX', 'Positive', 'Fraction', 'Bool', 'UserError', 'show', 'show_short', 'check_float', 'check_int',
+           'check_positive', 'check_fraction', 'check_bool', 'check_choice', 'check_seed', 'generator',
+           'check_unit_interval', 'Check', 'Int', 'Float', 'Choice', 'atomic_write_many', 'atomic_write']
 
 # %% ../../nbs/00_checks.ipynb #78c95eb7
 class UserError(Exception):
@@ -23,6 +23,11 @@ def show(value) -> str:
     "`value` as a user would write it: numpy scalars as plain Python numbers, strings quoted."
     if isinstance(value, np.generic): value = value.item()
     return repr(value)
+
+def show_short(value, width: int = 60) -> str:
+    "`show(value)`, cut to `width` characters and '…' when longer: a message never echoes a huge value (a 1 MB field of a file)."
+    s = show(value)
+    return s if len(s) <= width else s[:width - 1] + "…"
 
 # %% ../../nbs/00_checks.ipynb #82b328ab
 def _num(x) -> str:

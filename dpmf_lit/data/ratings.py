@@ -15,7 +15,7 @@ import pandas as pd
 import numba
 from numba import njit, prange
 from ..core.grouping import group_by
-from ..core.checks import check_choice, check_float, show
+from ..core.checks import check_choice, check_float, show, show_short
 
 # %% auto #0
 __all__ = ['SCALE_SOURCES', 'CATALOGUE_SOURCES', 'ON_DUPLICATE', 'Ratings', 'ItemFeatures', 'sha256_arrays', 'ratings_sha256']
@@ -183,7 +183,7 @@ def _check_range(rating_min, rating_max) -> tuple[float, float]:
 
 def _index(k) -> str: return f"index {k}"
 
-def _pair_label(u, i) -> str: return f"user={show(u)}, item={show(i)}"
+def _pair_label(u, i) -> str: return f"user={show_short(u)}, item={show_short(i)}"   # a huge id cut
 
 @njit(parallel=True, cache=True)
 def _all_in(rating, lo, hi):

@@ -13,7 +13,7 @@ import numpy as np
 from ..core.metrics import rms
 from fastcore.basics import patch
 from fastcore.docments import docments
-from ..core.checks import Check, check_bool, check_choice, show
+from ..core.checks import Check, check_bool, check_choice, show, show_short
 from ..data import Ratings
 from ..data.synthetic import available_memory   # one reading of free memory, shared with the generator
 from ..core.kernels import predict_kernel
@@ -57,24 +57,48 @@ def _short(p: PrivacyReport) -> str:
     return f"conditional ({p.epsilon:g}, {p.delta or 0:g})-DP per {p.unit}" if p.coverage == "conditional" else p.guarantee()
 
 # %% ../../nbs/01b_mechanism.ipynb #e9d8928e
+def _kind(ids: np.ndarray) -> str | None:
+    "'integer', 'number' or 'string' when every id is one (numpy scalars included; a bool is none); None otherwise (None, bytes, a mix)."
+    k = ids.dtype.kind
+    if k in "iu": return "integer"
+    if k == "f": return "number"
+    if k == "U": return "string"
+    if k != "O": return None
+    if all(isinstance(x, str) for x in ids.flat): return "string"
+    if all(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) for x in ids.flat): return "integer"
+    return None
+
+def _comparable(ids: np.ndarray, table, what: str) -> np.ndarray:
+    "`ids` as values the sorted id `table` (None: codes) can be searched for; a ValueError naming `what` when they are of another kind."
+    kind, want = _kind(ids), "integer" if table is None else _kind(table[:1])   # a table's ids are of one kind (sorted by factorize)
+    if want is None or kind == want == "string" or (want == "number" and kind in ("integer", "number")): return ids
+    if kind == want == "integer" and ids.dtype.kind in "iu": return ids
+    with np.errstate(invalid="ignore"):
+        whole = kind == "number" and bool((np.isfinite(ids) & (ids == np.round(ids)) & (np.abs(ids) < 2.0**63)).all())
+    with contextlib.suppress(OverflowError):
+        if want == "integer" and (kind == "integer" or whole): return ids.astype(np.int64)   # 3.0 is id 3
+    given = ids.flat[0] if ids.size == 1 else ids.tolist()
+    raise ValueError(f"{what}={show_short(given)} holds no {what} id of this model: its {what} ids are "
+                     + ("its 0-based codes (integers)" if table is None else f"{want}s, as in the data it was fitted on; "
+                        "to pass codes, use predict_codes"))
+
 def _lookup(ids, table, n: int, what: str) -> tuple[np.ndarray, np.ndarray]:
     "int32 codes of the original `ids` in the sorted id `table` (None: the ids are the codes, `n` of them), 0 where unknown, and the mask of the known ones."
     ids = np.asarray(ids)
+    if ids.size == 0: return np.zeros(0, np.int32), np.zeros(0, bool)
+    ids = _comparable(ids, table, what)
     if table is None:
-        if ids.dtype.kind not in "iu": _bad_ids(ids, what, None)
         known = (ids >= 0) & (ids < n)
         return np.where(known, ids, 0).astype(np.int32), known
-    if (table.dtype.kind in "iuf") != (ids.dtype.kind in "iuf"): _bad_ids(ids, what, table)   # a string for a number, or the reverse
-    try: pos = np.searchsorted(table, ids)
-    except TypeError: _bad_ids(ids, what, table)
-    pos = np.minimum(pos, len(table) - 1)
+    try: pos = np.minimum(np.searchsorted(table, ids), len(table) - 1)
+    except TypeError: raise ValueError(f"{what}={show_short(ids.tolist())} cannot be compared with this model's {what} ids") from None
     known = table[pos] == ids
     return np.where(known, pos, 0).astype(np.int32), known
 
-def _bad_ids(ids, what, table):
-    shown = ", ".join(map(show, np.ravel(ids)[:3].tolist()))
-    raise ValueError(f"{what} id(s) {shown} not in the training data's {what}s" +
-                     ("" if table is None else f" (ids like {show(table[0].item())}); pass codes to predict_codes"))
+def _bad_ids(ids, what):
+    "The error of `unknown='error'` for `ids` not in the training data (whose own ids are not shown: they may be private)."
+    shown = ", ".join(show_short(x, 40) for x in np.ravel(ids)[:3].tolist()) + (" and others" if len(ids) > 3 else "")   # no count: which ids are known is the data's
+    raise ValueError(f"{what} id(s) {shown} not in the training data's {what}s (unknown='default' predicts them as a cold start)")
 
 
 # %% ../../nbs/01b_mechanism.ipynb #2b892fb8
@@ -94,7 +118,7 @@ def predict(self: FittedModel, user, item,
     i, ki = _lookup(item, self.item_ids, len(self.V), "item")
     if unknown == "error":
         for ids, k, table, what in ((user, ku, self.user_ids, "user"), (item, ki, self.item_ids, "item")):
-            if not k.all(): _bad_ids(ids[~k], what, table)
+            if not k.all(): _bad_ids(ids[~k], what)
     pred, known = self.predict_codes(u, i), ku & ki
     if not known.all():
         pred[~known] = self._cold_start(u, i, ku, ki)[~known]
