@@ -586,3 +586,72 @@ def test_a_file_of_cr_line_ends_is_read_as_its_lf_twin(tmp_path):
     assert [p.returncode for p in runs] == [0, 0], [p.stderr for p in runs]
     a, b = (json.loads(p.stdout) for p in runs)
     assert (a["n_train"], a["n_test"], a["rmse"]) == (b["n_train"], b["n_test"], b["rmse"]) and a["n_train"] + a["n_test"] == 24
+
+
+# ---------------------------------------------------------------- start-up, the first fit's compiling, warnings
+HEAVY = ("numba", "pandas", "scipy", "dp_accounting")
+
+
+@pytest.mark.parametrize("argv, allowed", [(["--help"], ()), (["data", "--help"], ()), (["warmup", "--help"], ()),
+                                           (["fit", "pmf", "--dataset", "x"], ()), (["reproduce", "--help"], ("numpy",))])
+def test_help_and_parsing_import_the_standard_library_alone(argv, allowed):
+    """`dpmf --help` took seconds importing the privacy accountant and numba's kernels; parsing a command line now imports
+    none of them, nor numpy (`reproduce --help` lists the profiles of the settings module, which needs numpy alone)."""
+    code = ("import sys\nfrom dpmf_lit.cli.main import build_parser, main\n"
+            f"argv = {argv!r}\n"
+            "try: main(argv) if '--help' in argv else build_parser().parse_args(argv)\nexcept SystemExit: pass\n"
+            f"print(sorted(m for m in {HEAVY + ('numpy',)!r} if m in sys.modules and m not in {allowed!r}))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip().splitlines()[-1] == "[]", (p.stdout[-500:], p.stderr[-2000:])
+
+
+def test_the_compile_note_is_shown_whole_at_any_width():
+    "A first run's compiling was cut from the 80-column headline: it is now a note of its own, wrapped, never cut."
+    from dpmf_lit.cli.main import COMPILE_NOTE, compile_note, fit_summary
+    from dpmf_lit.core.privacy import PrivacyReport
+    rep = {"mechanism": "dp-bias", "dataset": "ml-100k", "rmse": 1.0, "mae": 0.8, "fit_seconds": 73.37, "compile_seconds": 70.1,
+           "privacy": PrivacyReport().to_dict(), "notes": []}
+    for width in (60, 80, 160):
+        out = fit_summary(rep, width=width, compiled=176.9)
+        assert max(map(len, out.split("note:")[1].splitlines())) <= width and "..." not in out.split("note:")[1]
+        assert " ".join(out.split("note: ")[1].split()) == compile_note(176.9), out
+    assert "note:" not in fit_summary(rep, width=80, compiled=COMPILE_NOTE / 2)          # a warm run says nothing
+    assert compile_note(70.1) in " ".join(fit_summary(rep, width=80).split())              # default: the fit's own compiling
+
+
+def test_a_warning_of_the_package_is_one_line(monkeypatch, capsys):
+    from dpmf_lit.cli import main as cli
+    from dpmf_lit.model import mechanism
+    monkeypatch.setattr(mechanism, "LONG_WORK", 1.0)
+    assert cli.main(["fit", "user-features", "--dataset", SMALL, "--json"]) == 0
+    err = capsys.readouterr().err
+    assert "dpmf: warning: user-features: the 19 public item features of synthetic enter every user's solve" in err, err
+    assert "LongFitWarning" not in err and "warnings.warn" not in err
+
+
+def test_numba_has_a_cache_folder_when_the_package_cannot_be_written(tmp_path):
+    "A read-only install with no writable HOME made numba refuse to define any cached kernel (no locator): a folder of TMPDIR is used."
+    code = ("import os, dpmf_lit.core.checks as c\nc._cache_writable = lambda folder: False\nprint(c.numba_cache_fallback())\n"
+            "import numba\nprint(numba.config.CACHE_DIR)\nimport numpy as np\nfrom dpmf_lit.core.grouping import group_by\n"
+            "group_by(np.array([0, 1, 0], np.int32), 2)\n")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"} | {"TMPDIR": str(tmp_path)}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    folder, config = p.stdout.split()
+    assert folder == config and folder.startswith(str(tmp_path)) and any(Path(folder).rglob("*.nbi"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_after_the_warm_up_a_first_fit_compiles_nothing(tmp_path):
+    "`dpmf warmup dp-bias` into an empty cache, then `dpmf fit dp-bias` on a file in MovieLens 100K's format in a fresh process: no compiling."
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    p = dpmf("warmup", "dp-bias", "--no-progress", env=env)
+    assert p.returncode == 0 and p.stdout.startswith("dpmf warmup: 1 step in"), p.stderr[-2000:]
+    from dpmf_lit.cli.warmup import warm_files
+    (tmp_path / "f").mkdir()
+    ratings, items = warm_files(tmp_path / "f", n_users=300, n_items=200)
+    p = dpmf("fit", "dp-bias", "--dataset", ratings, "--format", "movielens-100k", "--item-features", items, env=env)
+    assert p.returncode == 0 and "numba compiling" not in p.stdout, p.stdout + p.stderr
+    rep = json.loads(dpmf("fit", "dp-bias", "--dataset", ratings, "--format", "movielens-100k", "--json", env=env).stdout)
+    assert rep["compile_seconds"] == 0.0
