@@ -538,7 +538,7 @@ def test_a_declared_catalogue_puts_the_item_codes_on_it_and_the_headline_end_to_
     assert b["summary"].startswith(f"if the catalogue of {len(items):,} items, read from the data, is public: ("), b["summary"]
     (tmp_path / "short.txt").write_text("\n".join(items[1:]) + "\n")
     p = dpmf(*base, "--catalogue", tmp_path / "short.txt")
-    assert p.returncode == 2 and "dpmf: error:" in p.stderr and "1 rated item(s) are not in the catalogue" in p.stderr, p.stderr
+    assert p.returncode == 2 and "dpmf: error:" in p.stderr and "the ratings name items that are not in the catalogue" in p.stderr, p.stderr
 
 
 def test_a_negative_scale_is_given_with_a_space_as_with_an_equals_sign(tmp_path):

@@ -1024,7 +1024,7 @@ def test_load_dataset_on_a_declared_catalogue(tmp_path):
     f = write(tmp_path / "r.csv", "".join(f"{u},{i},3\n" for u in range(5) for i in (2, 4, 6)))
     r = load_dataset(f, scale=(1, 5), catalogue=[2, 3, 4, 5, 6])
     assert (r.n_items, r.catalogue_source, r.item_ids.tolist()) == (5, "declared", [2, 3, 4, 5, 6])
-    with pytest.raises(ValueError, match=r"1 rated item\(s\) are not in the catalogue of 2 items, e.g. item 6"): load_dataset(f, scale=(1, 5), catalogue=[2, 4])
+    with pytest.raises(ValueError, match=r"the ratings name items that are not in the catalogue of 2 items"): load_dataset(f, scale=(1, 5), catalogue=[2, 4])
     with pytest.raises(ValueError, match="catalogue='/nonexistent/c.txt' cannot be read"): load_dataset(f, catalogue="/nonexistent/c.txt")
 
 

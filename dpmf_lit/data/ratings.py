@@ -334,8 +334,8 @@ def _with_catalogue(r: Ratings, item_ids, source: str) -> Ratings:
     rated = np.bincount(r.item, minlength=r.n_items) > 0
     missing = rated & (pos < 0)
     if missing.any():
-        raise ValueError(f"{where}: {int(missing.sum()):,} rated item(s) are not in the catalogue of {len(cat):,} items, "
-                         f"e.g. item {show(old[int(np.argmax(missing))])}: the catalogue must list every item the ratings name")
+        raise ValueError(f"{where}: the ratings name items that are not in the catalogue of {len(cat):,} items: the catalogue "
+                         "must list every item the ratings name (which ones is not shown: the set of rated items is private)")
     feats, f = None, r.item_features
     if f is not None:
         ok = pos >= 0
