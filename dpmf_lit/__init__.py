@@ -7,6 +7,7 @@ Modules:
 - `dpmf_lit.batch.site`: Process the notebooks for Quarto wherever the clone lives, check that every page, link and figure resolves, build an offline HTML preview with typeset math, and generate the README and the package's list of modules.
 - `dpmf_lit.cli.commands`: `dpmf compare` and `dpmf audit`: run the comparison's batch entry or an empirical privacy audit and print the result
 - `dpmf_lit.cli.main`: `dpmf`: fetch and list data, fit a mechanism, benchmark the kernels, reproduce every figure.
+- `dpmf_lit.cli.warmup`: `dpmf warmup`: compile the numba kernels a first `dpmf fit` needs — MovieLens 100K's loaders, `dp-bias` first, then every mechanism — into numba's cache on disk, with a progress line, so that the first real fit loads them instead of compiling
 - `dpmf_lit.core.checks`: One set of validators for every public function and mechanism: a bad argument gets a `ValueError` that names the argument and its value, before any work starts.
 - `dpmf_lit.core.grouping`: A counting sort that groups the ratings by user or by item, and the one per-user trimming every private mechanism shares: at most τ ratings of each user, a uniformly random subset or the τ of lowest priority, in one pass.
 - `dpmf_lit.core.kernels`: The numba kernels that minimise the PMF objective of `dpmf_lit.model.mf`: serial and block-parallel SGD with software prefetch, full-batch gradient descent, alternating least squares and prediction, each under its formula and checked against a plain numpy reference.

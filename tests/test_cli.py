@@ -538,4 +538,120 @@ def test_a_declared_catalogue_puts_the_item_codes_on_it_and_the_headline_end_to_
     assert b["summary"].startswith(f"if the catalogue of {len(items):,} items, read from the data, is public: ("), b["summary"]
     (tmp_path / "short.txt").write_text("\n".join(items[1:]) + "\n")
     p = dpmf(*base, "--catalogue", tmp_path / "short.txt")
-    assert p.returncode == 2 and "dpmf: error:" in p.stderr and "1 rated item(s) are not in the catalogue" in p.stderr, p.stderr
+    assert p.returncode == 2 and "dpmf: error:" in p.stderr and "the ratings name items that are not in the catalogue" in p.stderr, p.stderr
+
+
+def test_a_negative_scale_is_given_with_a_space_as_with_an_equals_sign(tmp_path):
+    "The fuzz: `--scale -10,10` stopped at argparse ('expected one argument'); only `--scale=-10,10` worked."
+    f = tmp_path / "signed.csv"
+    f.write_text("user,item,rating\n" + "".join(f"u{u},{i},{(u * i) % 21 - 10}\n" for u in range(30) for i in range(20)))
+    runs = [dpmf("fit", "dp-bias", "--dataset", f, *scale, "--set", "seed=0", "--json") for scale in (("--scale", "-10,10"), ("--scale=-10,10",))]
+    assert [p.returncode for p in runs] == [0, 0], [p.stderr for p in runs]
+    a, b = (json.loads(p.stdout) for p in runs)
+    assert a["rmse"] == b["rmse"] and "read from the data" not in runs[0].stderr and "rating scale" not in a["privacy"]["scope"]
+    p = dpmf("fit", "global-mean", "--dataset", f, "--scale", "-5,10")
+    assert p.returncode == 2 and "rating=-10 is outside the scale [-5, 10]" in p.stderr, p.stderr   # the scale was read, and used
+    p = dpmf("compare", "--dataset", f, "--epsilons", "-1,2", "--out", tmp_path / "out")
+    assert p.returncode == 2 and "every ε must be a finite number > 0" in p.stderr and not (tmp_path / "out").exists(), p.stderr
+
+
+READ_BODY = "".join(f"u{u},i{i},{(u * i) % 5 + 1}\n" for u in range(6) for i in range(4))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("u1,i1,NaN\n" + READ_BODY, "line 1: malformed line (rating 'NaN' is not a number)"),        # was: the line dropped, exit 0
+    ("u1,i1,\n" + READ_BODY, "line 1: malformed line (rating is empty"),
+    ("u1,i1,good\n" + READ_BODY, "line 1: malformed line (rating 'good' is not a number)"),
+    ("user,item,rating\nu\x009,i1,3\n" + READ_BODY, "line 2: malformed line (a NUL byte"),          # was: accepted
+    ("u1,i9," + "x" * 10**6 + "\n" + READ_BODY, "line 1: "),                                      # was: an internal error
+    (READ_BODY + "u9,i9," + "x" * 10**6 + "\n", "line 25: malformed line (rating 'xxx"),           # was: the 1 MB field echoed
+    ("\udcff", "r.csv"),                                                                            # random bytes, below
+], ids=["nan-first", "empty-first", "word-first", "nul", "huge-first", "huge-field", "random-bytes"])
+def test_a_bad_ratings_file_is_one_short_error_line(tmp_path, text, message):
+    f = tmp_path / "r.csv"
+    if text == "\udcff": f.write_bytes(bytes(range(256)) * 8 + b"\r\x00\n,,\r")
+    else: f.write_text(text)
+    p = dpmf("fit", "global-mean", "--dataset", f, "--scale", "1,5", "--figures-dir", tmp_path / "f", "--build-dir", tmp_path / "b")
+    assert p.returncode == 2 and p.stdout == "", (p.returncode, p.stderr[:500])
+    assert p.stderr.startswith(f"dpmf: error: {f}") and message in p.stderr and len(p.stderr) < 500, p.stderr[:500]
+    assert not (tmp_path / "f").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_file_of_cr_line_ends_is_read_as_its_lf_twin(tmp_path):
+    "CR alone (classic Mac OS) used to stop at `dpmf: internal error: new-line character seen in unquoted field`."
+    text = "user,item,rating\n" + READ_BODY
+    (tmp_path / "lf.csv").write_text(text)
+    (tmp_path / "cr.csv").write_bytes(text.replace("\n", "\r").encode())
+    runs = [dpmf("fit", "bias", "--dataset", tmp_path / n, "--scale", "1,5", "--json") for n in ("lf.csv", "cr.csv")]
+    assert [p.returncode for p in runs] == [0, 0], [p.stderr for p in runs]
+    a, b = (json.loads(p.stdout) for p in runs)
+    assert (a["n_train"], a["n_test"], a["rmse"]) == (b["n_train"], b["n_test"], b["rmse"]) and a["n_train"] + a["n_test"] == 24
+
+
+# ---------------------------------------------------------------- start-up, the first fit's compiling, warnings
+HEAVY = ("numba", "pandas", "scipy", "dp_accounting")
+
+
+@pytest.mark.parametrize("argv, allowed", [(["--help"], ()), (["data", "--help"], ()), (["warmup", "--help"], ()),
+                                           (["fit", "pmf", "--dataset", "x"], ()), (["reproduce", "--help"], ("numpy",))])
+def test_help_and_parsing_import_the_standard_library_alone(argv, allowed):
+    """`dpmf --help` took seconds importing the privacy accountant and numba's kernels; parsing a command line now imports
+    none of them, nor numpy (`reproduce --help` lists the profiles of the settings module, which needs numpy alone)."""
+    code = ("import sys\nfrom dpmf_lit.cli.main import build_parser, main\n"
+            f"argv = {argv!r}\n"
+            "try: main(argv) if '--help' in argv else build_parser().parse_args(argv)\nexcept SystemExit: pass\n"
+            f"print(sorted(m for m in {HEAVY + ('numpy',)!r} if m in sys.modules and m not in {allowed!r}))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip().splitlines()[-1] == "[]", (p.stdout[-500:], p.stderr[-2000:])
+
+
+def test_the_compile_note_is_shown_whole_at_any_width():
+    "A first run's compiling was cut from the 80-column headline: it is now a note of its own, wrapped, never cut."
+    from dpmf_lit.cli.main import COMPILE_NOTE, compile_note, fit_summary
+    from dpmf_lit.core.privacy import PrivacyReport
+    rep = {"mechanism": "dp-bias", "dataset": "ml-100k", "rmse": 1.0, "mae": 0.8, "fit_seconds": 73.37, "compile_seconds": 70.1,
+           "privacy": PrivacyReport().to_dict(), "notes": []}
+    for width in (60, 80, 160):
+        out = fit_summary(rep, width=width, compiled=176.9)
+        assert max(map(len, out.split("note:")[1].splitlines())) <= width and "..." not in out.split("note:")[1]
+        assert " ".join(out.split("note: ")[1].split()) == compile_note(176.9), out
+    assert "note:" not in fit_summary(rep, width=80, compiled=COMPILE_NOTE / 2)          # a warm run says nothing
+    assert compile_note(70.1) in " ".join(fit_summary(rep, width=80).split())              # default: the fit's own compiling
+
+
+def test_a_warning_of_the_package_is_one_line(monkeypatch, capsys):
+    from dpmf_lit.cli import main as cli
+    from dpmf_lit.model import mechanism
+    monkeypatch.setattr(mechanism, "LONG_WORK", 1.0)
+    assert cli.main(["fit", "user-features", "--dataset", SMALL, "--json"]) == 0
+    err = capsys.readouterr().err
+    assert "dpmf: warning: user-features: the 19 public item features of synthetic enter every user's solve" in err, err
+    assert "LongFitWarning" not in err and "warnings.warn" not in err
+
+
+def test_numba_has_a_cache_folder_when_the_package_cannot_be_written(tmp_path):
+    "A read-only install with no writable HOME made numba refuse to define any cached kernel (no locator): a folder of TMPDIR is used."
+    code = ("import os, dpmf_lit.core.checks as c\nc._cache_writable = lambda folder: False\nprint(c.numba_cache_fallback())\n"
+            "import numba\nprint(numba.config.CACHE_DIR)\nimport numpy as np\nfrom dpmf_lit.core.grouping import group_by\n"
+            "group_by(np.array([0, 1, 0], np.int32), 2)\n")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"} | {"TMPDIR": str(tmp_path)}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    folder, config = p.stdout.split()
+    assert folder == config and folder.startswith(str(tmp_path)) and any(Path(folder).rglob("*.nbi"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_after_the_warm_up_a_first_fit_compiles_nothing(tmp_path):
+    "`dpmf warmup dp-bias` into an empty cache, then `dpmf fit dp-bias` on a file in MovieLens 100K's format in a fresh process: no compiling."
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    p = dpmf("warmup", "dp-bias", "--no-progress", env=env)
+    assert p.returncode == 0 and p.stdout.startswith("dpmf warmup: 1 step in"), p.stderr[-2000:]
+    from dpmf_lit.cli.warmup import warm_files
+    (tmp_path / "f").mkdir()
+    ratings, items = warm_files(tmp_path / "f", n_users=300, n_items=200)
+    p = dpmf("fit", "dp-bias", "--dataset", ratings, "--format", "movielens-100k", "--item-features", items, env=env)
+    assert p.returncode == 0 and "numba compiling" not in p.stdout, p.stdout + p.stderr
+    rep = json.loads(dpmf("fit", "dp-bias", "--dataset", ratings, "--format", "movielens-100k", "--json", env=env).stdout)
+    assert rep["compile_seconds"] == 0.0

@@ -77,6 +77,18 @@ def test_the_floor_is_the_release_nothing_baseline_best_on_validation(data):
     assert "the floor, best on validation" in comparison_table(rec, "user", (1.0,))
 
 
+
+def test_rows_that_need_item_features_are_left_out_of_ratings_without_them(data):
+    "No feature to regress on: those rows (and the floor's user-features) are left out before any fit, and the record says why."
+    pick = tuple(c for c in CONTENDERS if c.label in ("dp-bias", "dp-bias + features"))
+    df = compare_epsilons(data.with_features(None), (1.0,), (0,), contenders=pick, progress=False, public_tuning=False)
+    rec = comparison_record(df)
+    assert "dp-bias" in rec["by_unit"]["user"] and "dp-bias + features" not in rec["by_unit"]["user"]
+    assert {"dp-bias + features", "user-features"} <= set(rec["left_out"]["labels"]) and "have none" in rec["left_out"]["why"]
+    assert "user-features" not in rec["baselines"] and rec["floor"]["label"] == "user-mean"
+    assert f"Left out on this data: {'; '.join(rec['left_out']['labels'])}" in answer(rec, (1.0,))
+    assert not df.error.notna().any()                                  # left out, not failed
+
 def test_readme_first_section_is_generated_from_the_committed_record():
     from dpmf_lit.records.results import load_record
     from dpmf_lit.core.settings import load_settings

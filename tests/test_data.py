@@ -1024,5 +1024,55 @@ def test_load_dataset_on_a_declared_catalogue(tmp_path):
     f = write(tmp_path / "r.csv", "".join(f"{u},{i},3\n" for u in range(5) for i in (2, 4, 6)))
     r = load_dataset(f, scale=(1, 5), catalogue=[2, 3, 4, 5, 6])
     assert (r.n_items, r.catalogue_source, r.item_ids.tolist()) == (5, "declared", [2, 3, 4, 5, 6])
-    with pytest.raises(ValueError, match=r"1 rated item\(s\) are not in the catalogue of 2 items, e.g. item 6"): load_dataset(f, scale=(1, 5), catalogue=[2, 4])
+    with pytest.raises(ValueError, match=r"the ratings name items that are not in the catalogue of 2 items"): load_dataset(f, scale=(1, 5), catalogue=[2, 4])
     with pytest.raises(ValueError, match="catalogue='/nonexistent/c.txt' cannot be read"): load_dataset(f, catalogue="/nonexistent/c.txt")
+
+
+# ---------------------------------------------------------------- nothing read silently (issue 48's fuzz)
+
+BODY = "".join(f"u{u},i{i},{(u * i) % 5 + 1}\n" for u in range(6) for i in range(4))   # header-less; u1 and i1 occur
+SILENT_READS = [   # (file text, the refusal): each was read silently or stopped with an internal error before
+    ("u1,i1,NaN\n" + BODY, "line 1: malformed line (rating 'NaN' is not a number): 'u1,i1,NaN'"),
+    ("u1,i1,\n" + BODY, "line 1: malformed line (rating is empty; expected 3 fields separated by ','): 'u1,i1,'"),
+    ("u1,i1,good\n" + BODY, "line 1: malformed line (rating 'good' is not a number): 'u1,i1,good'"),
+    ("7,8,good\n" + BODY, "line 1: malformed line (rating 'good' is not a number): '7,8,good'"),
+    (BODY[:16] + "u\x009,i1,3\n" + BODY[16:], "line 3: malformed line (a NUL byte"),
+    ("u\x009,i1,3\n" + BODY, "line 1: malformed line (a NUL byte"),
+    ("u1,i9," + "x" * 10**6 + "\n" + BODY, "line 1: "),
+    (BODY + "u9,i9," + "x" * 10**6 + "\n", "line 25: malformed line (rating 'xxxx"),
+]
+
+
+@pytest.mark.parametrize("text, message", SILENT_READS, ids=["nan-first", "empty-first", "word-first", "word-first-numeric-ids",
+                                                             "nul-mid", "nul-first", "huge-first", "huge-last"])
+def test_a_bad_line_is_refused_wherever_it_is_and_never_echoed_whole(tmp_path, text, message):
+    f = write(tmp_path / "r.csv", text)
+    for call in (lambda: load_dataset(f, scale=(1, 5)), lambda: DS.load_file(f)):
+        with pytest.raises(ValueError) as e:
+            call()
+        assert f"{f}: {message}" in str(e.value) and len(str(e.value)) < 400, str(e.value)[:400]
+
+
+def test_cr_line_ends_are_read_as_lf_ones_or_refused_by_name(tmp_path):
+    "CR alone (classic Mac OS): a plain file reads as its LF twin, lines counted alike; a published format refuses it by name."
+    text = "user,item,rating\n" + BODY[:40] + "\n" + BODY[40:]
+    lf, cr = write(tmp_path / "lf.csv", text), write(tmp_path / "cr.csv", text.replace("\n", "\r"))
+    assert table(load_dataset(cr, scale=(1, 5))) == table(load_dataset(lf, scale=(1, 5)))
+    assert table(load_dataset(write(tmp_path / "nohead.csv", BODY.replace("\n", "\r")), scale=(1, 5)))[:3] == table(load_dataset(lf, scale=(1, 5)))[:3]
+    bad = write(tmp_path / "bad.csv", text.replace("\n", "\r") + "u9,i9,x\r")
+    with pytest.raises(ValueError, match=f"{bad}: line 27: malformed line \\(rating 'x' is not a number\\)"):
+        load_dataset(bad, scale=(1, 5))
+    mac = write(tmp_path / "u.data", "1\t2\t3\t881250949\r1\t3\t4\t881250950\r")
+    with pytest.raises(ValueError, match="u.data: line 1: malformed line \\(its lines end with a carriage return alone"):
+        load_dataset(mac)
+    assert table(load_dataset(mac, format="delimited", scale=(1, 5)))[:3] == ([1, 1], [2, 3], [3.0, 4.0])
+
+
+def test_random_bytes_are_refused_as_a_user_error(tmp_path):
+    "Whatever the bytes, a plain file is read or refused with a ValueError naming it (was: csv's 'new-line character seen in unquoted field')."
+    rng = np.random.default_rng(0)
+    for k in range(60):
+        f = write(tmp_path / f"junk{k}.csv", "")
+        f.write_bytes(rng.integers(0, 256, int(rng.integers(1, 4000)), dtype=np.uint8).tobytes())
+        with pytest.raises(ValueError, match=str(f)):
+            load_dataset(f, scale=(1, 5))

@@ -147,7 +147,8 @@ BAD = [
     ("own", "features.csv", OWN + "13,1,a,X,extra\n", "features.csv line 5: expected 4 comma-separated fields (as in the header), got 5"),
     ("own", "features.csv", OWN + "ten,1,a,X\n", "features.csv line 5: item id 'ten' is not an integer"),
     ("own", "features.csv", OWN.replace("budget", "tags"), "features.csv line 1: column name 'tags' appears twice"),
-    ("own", "features.csv", OWN.replace("12,3e2", "12,1e999"), "features.csv line 4: budget=1e999 is too large for a float"),
+    ("own", "features.csv", OWN.replace("12,3e2", "12,1e999"), "features.csv line 4: budget=1e999 is beyond ±1e+06"),
+    ("own", "features.csv", OWN.replace("12,3e2", "12,-1e30"), "features.csv line 4: budget=-1e30 is beyond ±1e+06: rescale the column"),
     ("own", "features.csv", "item\n1\n", "features.csv line 1: the header needs the item id column and at least one feature column"),
 ]
 
@@ -210,6 +211,30 @@ def test_features_follow_the_item_codes(tmp_path):
     assert with_f.item_features.X.tolist() == f.X.tolist() and with_f.take([0, 1]).item_features is with_f.item_features
     with pytest.raises(ValueError, match="table must be an ItemTable"):
         features_for(r, X)
+
+
+def test_text_item_ids_match_a_file_of_text_ids_and_other_kinds_are_refused(tmp_path):
+    "A ratings file with text ids gets the features of an item file with text ids; a file of the other kind is refused by name."
+    r = Ratings.from_ids(["u1", "u1", "u2"], ["m1", "m2", "m9"], [4, 3, 5], 1, 5, name="rs.csv")
+    own = write(tmp_path / "items_s.csv", "id,tags,budget\nm1,a,1\nm2,b,2\nm3,a,3\n")
+    f = attach_item_features(r, read_items(own)).item_features
+    assert f.known.tolist() == [True, True, False] and f.X[0].tolist() == [1.0, 0.0, 1.0] and f.listed == 3
+    assert item_table_sha256(read_items(own)) == item_table_sha256(read_items(own))     # text ids hash too
+    ints = write(tmp_path / "items.csv", "id,tags\n1,a\n2,b\n")
+    with pytest.raises(ValueError, match=re.escape(f"{ints}: its item ids are integers and those of the ratings 'rs.csv' are text")):
+        attach_item_features(r, read_items(ints))
+    numbered = Ratings.from_ids([1, 2], [1, 2], [4, 3], 1, 5, name="r.csv")
+    with pytest.raises(ValueError, match=re.escape(f"{own}: its item ids are text (e.g. 'm1') and those of the ratings 'r.csv' are numbers")):
+        attach_item_features(numbered, read_items(own))
+    with pytest.raises(ValueError, match="line 4: item id 'x3' is not an integer, while most of the file's ids are"):
+        read_items(write(tmp_path / "typo.csv", "id,tags\n1,a\n2,b\nx3,a\n4,b\n"))
+
+
+def test_features_beyond_the_limit_are_refused_naming_the_source_and_column():
+    X = np.array([[0.0, 1e30], [1.0, -1e30]], np.float32)
+    with pytest.raises(ValueError, match=re.escape("item features from huge.csv: column 'big' reaches 1e+30, beyond ±1e+06: rescale")):
+        ItemFeatures(X, ("a", "big"), np.ones(2, bool), "huge.csv")
+    assert ItemFeatures(X[:, :1], ("a",), np.ones(2, bool), "ok.csv").X.shape == (2, 1)
 
 
 def test_write_items_round_trips(tmp_path):
@@ -388,7 +413,7 @@ def test_cli_refuses_a_malformed_item_features_file_by_line(tmp_path):
 @pytest.mark.parametrize("text, message", [
     ("1,Toy Story (1995),Comedy\n2,Heat (1995),Action\n", "must be a header (column names), not an item ('1')"),
     ("item,budget\n1,10\n2,12\n3,1.5x\n4,9\n", "line 4: budget='1.5x' is not a number"),
-    ("item,budget\n1,1e39\n", "line 2: budget=1e39 is too large for a float32 feature"),
+    ("item,budget\n1,1e39\n", "line 2: budget=1e39 is beyond ±1e+06"),
     ("item,title\n" + "".join(f"{k},Film {k}\n" for k in range(1, 302)), "column 'title' has 301 distinct values for 301 items"),
 ])
 def test_the_generic_format_refuses_what_it_would_misread(tmp_path, text, message):

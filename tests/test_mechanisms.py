@@ -335,3 +335,39 @@ def test_the_heartbeat_counts_seconds_after_its_delay(capsys):
         with heartbeat("inner", delay=0.0, every=0.05): err = until_said("outer:")   # a fit inside a fit: one line, the outer one
     err += capsys.readouterr().err
     assert re.search(r"outer: \d\d:\d\d elapsed", err) and "inner" not in err, err
+
+
+@pytest.mark.parametrize("ids", ["integer", "string"])
+@pytest.mark.parametrize("name", ["bias", "dp-bias"])
+def test_predict_answers_or_refuses_every_kind_of_id(name, ids, tmp_path):
+    "The fuzz: a model fitted on a file with string ids raised AttributeError ('str' object has no attribute 'item') on every refusal."
+    from dpmf_lit.data import load_dataset
+    uid = (lambda u: f"u{u}") if ids == "string" else (lambda u: 100 + u)
+    f = tmp_path / "r.csv"
+    f.write_text("user,item,rating\n" + "".join(f"{uid(u)},i{i},{(u * i) % 5 + 1}\n" for u in range(12) for i in range(8)))
+    fit = build(name).fit(load_dataset(f, scale=(1, 5)))
+    known_u, unknown_u, wrong_kind = uid(3), uid(99), (7 if ids == "string" else "u3")
+    p = fit.predict(known_u, "i2")
+    assert p.shape == (1,) and 1 <= p[0] <= 5
+    np.testing.assert_array_equal(fit.predict([known_u, uid(4)], ["i2", "i5"]), fit.predict_codes(*(np.array(a) for a in (
+        [int(np.searchsorted(fit.user_ids, known_u)), int(np.searchsorted(fit.user_ids, uid(4)))], [2, 5]))))
+    for empty in ([], np.array([]), np.array([], dtype=object)):                          # nothing asked, nothing predicted
+        pred, known = fit.predict(empty, empty, return_known=True)
+        assert pred.shape == known.shape == (0,)
+    with pytest.raises(ValueError, match=f"user id\\(s\\) {unknown_u!r} not in the training data's users"):
+        fit.predict(unknown_u, "i2", unknown="error")
+    with pytest.raises(ValueError, match="item id\\(s\\) 'i99' not in the training data's items"):
+        fit.predict(known_u, "i99", unknown="error")
+    with pytest.warns(UserWarning, match="not in the training data"):
+        assert 1 <= fit.predict(unknown_u, "i2")[0] <= 5                                   # a cold start, in the scale
+    for bad in (wrong_kind, None, True, b"u3", float("nan"), 2.5, [known_u, None]):
+        item = ["i2"] * len(bad) if isinstance(bad, list) else "i2"
+        for unknown in ("default", "error"):
+            with pytest.raises(ValueError) as e:
+                fit.predict(bad, item, unknown=unknown)
+            msg = str(e.value)
+            assert msg.startswith("user=") and f"its user ids are {ids}s" in msg, msg
+            assert str(uid(0)) not in msg and str(uid(11)) not in msg, msg                 # no id of the training data shown
+    with pytest.raises(ValueError, match="item=7 holds no item id of this model: its item ids are strings"):
+        fit.predict(known_u, 7)
+    if ids == "integer": np.testing.assert_array_equal(fit.predict(float(known_u), "i2"), p)   # 103.0 is id 103

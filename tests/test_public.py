@@ -28,8 +28,9 @@ def data():
 def test_user_features_releases_nothing_and_beats_an_intercept_only_fit(data):
     m = UserFeatures().fit(data)
     assert (m.privacy.epsilon, m.privacy.delta, m.privacy.released, m.privacy.coverage) == (0.0, 0.0, (), "end-to-end")
-    none = UserFeatures().fit(data.with_features(None))              # no features: the intercept alone
-    assert none.V.shape[1] == 0 and m.V.shape[1] == data.item_features.X.shape[1]
+    assert m.V.shape[1] == data.item_features.X.shape[1]
+    with pytest.raises(ValueError, match="user-features needs public item features"):   # no features: refused, not an intercept alone
+        UserFeatures().fit(data.with_features(None))
 
 
 def test_local_ridge_matches_numpy_for_every_user(data):
@@ -134,3 +135,64 @@ def test_the_fit_adds_the_noise_its_report_states(data, monkeypatch):
     assert all(math.isclose(s, z1 * bias_sensitivity(tau), rel_tol=1e-12) for s in seen)
     sd, expected = priors.std(axis=0, ddof=1), z2 * 2 * B / data.n_users
     assert np.all(np.abs(sd / expected - 1) < 0.2), (sd, expected)   # 300 draws: the sd within ±20 % (a halved scale is -50 %)
+
+
+def _elsewhere(data, listed=7, source="nomatch.csv"):
+    "The same ratings with features that describe none of their items (another data set's ids)."
+    from dataclasses import replace
+    return data.with_features(replace(data.item_features, known=np.zeros(data.n_items, bool), listed=listed, source=source))
+
+
+@pytest.mark.parametrize("name, params", [("user-features", {}), ("dp-bias-features", {"seed": 0}),
+                                          ("dpals", {"seed": 0, "local_features": True}), ("dpals", {"seed": 0, "feature_weight": 10.0})])
+def test_feature_mechanisms_refuse_ratings_without_a_usable_feature(data, name, params):
+    "None attached, no column, none of the rated items described: each refused before any work, naming the file; no matched count."
+    M = get_mechanism(name)
+    with pytest.raises(ValueError, match=r"needs public item features, and the ratings .* have none: attach them"):
+        M(**params).fit(data.with_features(None))
+    with pytest.raises(ValueError, match=r"needs public item features, and none of the 7 items listed in nomatch.csv is among the rated items"):
+        M(**params).fit(_elsewhere(data))
+    empty = ItemFeatures(np.zeros((data.n_items, 0), np.float32), (), np.ones(data.n_items, bool), "blank.csv", 3)
+    with pytest.raises(ValueError, match="blank.csv gives the ratings .* no feature column"):
+        M(**params).fit(data.with_features(empty))
+    half = data.item_features.known.copy(); half[::2] = False           # some items described: it fits
+    from dataclasses import replace
+    assert M(**params).fit(data.with_features(replace(data.item_features, known=half))).privacy is not None
+
+
+def test_the_work_estimate_counts_the_feature_columns(data, monkeypatch):
+    "2,000 feature columns on MovieLens 100K's shape: well past ten minutes; announced (or refused past weeks) naming the file."
+    import warnings
+    from dpmf_lit.model import mechanism
+    from dpmf_lit.model.mechanism import FEATURE_WORK, LONG_WORK, MAX_WORK, LongFitWarning
+    shape = Ratings(np.repeat(np.arange(943, dtype=np.int32), 106), np.zeros(943 * 106, np.int32), np.ones(943 * 106, np.float32),
+                    943, 1682, 1, 5, item_features=ItemFeatures(np.zeros((1682, 2000), np.float32), tuple(map(str, range(2000))),
+                                                                  np.ones(1682, bool), "wide.csv"))
+    for M, params in ((UserFeatures, {}), (DPBiasFeatures, {}), (get_mechanism("dpals"), {"local_features": True})):
+        w = M(**params).work(shape)
+        assert LONG_WORK < w[FEATURE_WORK] < MAX_WORK and w[FEATURE_WORK] > sum(w.values()) / 2, (M, w)
+        assert M(**params).work(data)[FEATURE_WORK] < 1e-3 * LONG_WORK         # a few columns: nothing to say
+    assert FEATURE_WORK not in get_mechanism("dpals")().work(shape)             # the default does not regress on them
+    wide = data.with_features(ItemFeatures(np.ones((data.n_items, 40), np.float32), tuple(map(str, range(40))),
+                                           np.ones(data.n_items, bool), "wide.csv"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        UserFeatures().fit(data)                                                # a few columns: said nothing
+    monkeypatch.setattr(mechanism, "LONG_WORK", 1e6)
+    with pytest.warns(LongFitWarning, match="user-features: the 40 public item features of wide.csv enter every user's solve"):
+        UserFeatures().fit(wide)
+    monkeypatch.setattr(mechanism, "MAX_WORK", 1e7)
+    with pytest.raises(ValueError, match=r"the 40 public item features of wide.csv .* \(weeks of computing\): keep fewer feature columns"):
+        DPBiasFeatures(seed=0).fit(wide)
+
+
+def test_command_line_names_the_item_file_that_matches_no_rated_item(tmp_path):
+    rows = "".join(f"{u},{i},{(u * i) % 5 + 1}\n" for u in range(1, 40) for i in range(1, 30))
+    (tmp_path / "r.csv").write_text(rows)
+    (tmp_path / "nomatch.csv").write_text("id,g\n" + "".join(f"{k},{k % 3}\n" for k in range(1000, 1007)))
+    for mech in ("user-features", "dp-bias-features"):
+        p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main", "fit", mech, "--dataset", str(tmp_path / "r.csv"), "--scale", "1,5",
+                            "--item-features", str(tmp_path / "nomatch.csv")], capture_output=True, text=True, timeout=600)
+        assert p.returncode == 2 and p.stdout == "", (p.stdout, p.stderr)
+        assert (f"dpmf: error: {mech} needs public item features, and none of the 7 items listed in {tmp_path / 'nomatch.csv'} "
+                "is among the rated items") in p.stderr, p.stderr

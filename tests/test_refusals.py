@@ -217,6 +217,20 @@ def test_the_work_and_memory_guards_name_the_parameter_that_causes_it(name, give
     assert first_cause(str(e.value)) == cause and f"lower {cause}" in str(e.value), str(e.value)
 
 
+
+@pytest.mark.parametrize("name", ["pmf", "gauss"])
+def test_an_overflow_on_ratings_of_an_extreme_scale_names_the_data_file(name, tiny):
+    "Ratings near 1e30 at the default parameters: the overflow names the ratings (their scale where it is public), not a parameter."
+    from dataclasses import replace
+    from dpmf_lit.data.ratings import Ratings
+    big = Ratings(tiny.user, tiny.item, tiny.rating * np.float32(1e30), tiny.n_users, tiny.n_items, 5e29, 6e30, "big.csv")
+    with pytest.raises(ValueError, match=re.escape("the ratings 'big.csv' are on an extreme scale ([5e+29, 6e+30]): rescale the ratings")):
+        MECHANISMS[name]().fit(big)
+    with pytest.raises(ValueError, match=re.escape("the ratings 'big.csv' are on an extreme scale (read from the data)")):
+        MECHANISMS[name]().fit(replace(big, scale_source="data"))   # a scale read from the data is not printed
+    with pytest.raises(ValueError, match="lower lr=1000000.0"):
+        MECHANISMS[name](lr=1e6).fit(big)                            # an extreme parameter given is still named first
+
 # ---------------------------------------------------------------- the work estimate counts SGD's block visits
 def test_the_work_estimate_counts_block_visits():
     from dpmf_lit.model.mf import BLOCK_VISIT

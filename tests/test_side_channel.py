@@ -114,13 +114,14 @@ def test_cli_json_prints_nothing_data_dependent(name, tmp_path, monkeypatch):
     cls = mechanisms()[name]
     rep = make(cls).fit(neighbouring_pair("value")[0]).privacy
     pair = {"absent": "value", "user-absent": "user"}.get(declared_pair(rep), declared_pair(rep))   # equal sizes: the same split
-    out = []
+    out, items = [], tmp_path / "items.csv"                           # the same public item file on both sides
+    items.write_text("id,odd\n" + "".join(f"{j + 1},{j % 2}\n" for j in range(neighbouring_pair(pair)[0].n_items)))
     for side, R in zip("ab", neighbouring_pair(pair)):
         (tmp_path / side).mkdir()
         _write(tmp_path / side / "r.data", R)
         monkeypatch.chdir(tmp_path / side)
         out.append(fit_report(name, "r.data", {**cls.test_params, **({"seed": 0} if "seed" in cls.parameter_names() else {})},
-                              test_fraction=0.2))
+                              test_fraction=0.2, item_features=str(items)))
     a, b = out
     assert all(k in NOT_COVERED for k in ("n_train", "n_test", "test metrics", "fit_seconds", "compile_seconds"))
     for k in ("privacy", "parameters"):
@@ -192,6 +193,9 @@ def test_shapes_and_ids_do_not_depend_on_which_items_are_rated(name, loader_buil
         assert _shapes(a) == _shapes(b), f"{name} on '{label}': {_shapes(a)} vs {_shapes(b)}"
         assert a.privacy.coverage == b.privacy.coverage and "catalogue" not in a.privacy.condition, a.privacy.guarantee()
         D, D2 = loader_built[False][label]                                # the catalogue read from the data: a condition
+        if make(cls).needs_item_features():                               # and no item feature: refused, nothing released
+            with pytest.raises(ValueError, match="needs public item features"): make(cls).fit(D)
+            continue
         a, b = make(cls).fit(D), make(cls).fit(D2)
         if _shapes(a) != _shapes(b) and a.privacy.released and a.privacy.private:
             assert a.privacy.guarantee().startswith("if the catalogue of 10 items, read from the data, is public"), a.privacy.guarantee()

@@ -6,24 +6,14 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/cli.html.md"""
 
 # %% ../../nbs/93_cli.ipynb #5ce085c8
 from __future__ import annotations
-import argparse, contextlib, inspect, json, os, shutil, sys, textwrap, traceback
+import argparse, contextlib, inspect, json, os, re, shutil, sys, textwrap, traceback, warnings
 from pathlib import Path
-from ..core.checks import UserError, check_fraction
-from ..data.formats import FORMATS
-from ..data.item_features import ITEM_FORMATS
-from ..data.ratings import ON_DUPLICATE
-from ..core.settings import PROFILES, load_settings
-from ..records.experiment import dataset_kind, load_data, parse_assignments, to_jsonable
-from ..records.provenance import (committed_results, profile_settings, compare_records, format_comparison, format_status, load_manifest,
-                                 load_results, select, status)
-from ..batch.outputs import format_outputs_status, outputs_status, store_outputs
-from ..batch.reproduce import reproduce
-from .commands import add_file_options, file_options, settings_from_args
+from .commands import LazyChoices, add_file_options, file_options, settings_from_args   # the standard library alone: see below
 
 # %% auto #0
-__all__ = ['CLI_PATHS_HELP', 'NOT_COVERED', 'USER_ERRORS', 'EXIT_PIPE', 'cmd_data_list', 'cmd_data_fetch', 'mechanism_help',
-           'mechanism_parameters_help', 'numba_compile_seconds', 'fit_report', 'fit_summary', 'cmd_fit', 'cmd_bench',
-           'cmd_reproduce', 'build_parser', 'main']
+__all__ = ['CLI_PATHS_HELP', 'NOT_COVERED', 'COMPILE_NOTE', 'SIGNED_OPTIONS', 'USER_ERRORS', 'EXIT_PIPE', 'cmd_data_list',
+           'cmd_data_fetch', 'mechanism_help', 'mechanism_parameters_help', 'fit_report', 'compile_note', 'fit_summary',
+           'cmd_fit', 'cmd_bench', 'cmd_reproduce', 'join_signed', 'build_parser', 'main']
 
 # %% ../../nbs/93_cli.ipynb #597dacc7
 class _Parser(argparse.ArgumentParser):
@@ -151,12 +141,7 @@ class _FitHelp(argparse.Action):
         parser.exit()
 
 # %% ../../nbs/93_cli.ipynb #b223994c
-@contextlib.contextmanager
-def numba_compile_seconds():
-    "`with numba_compile_seconds() as seconds:` ... `seconds()`: the time numba spent compiling in the block (cache loads excluded)."
-    from numba.core import event
-    timer = event.TimingListener()             # the outermost compilations only: a kernel compiling its callees counts once
-    with event.install_listener("numba:compile", timer): yield lambda: timer.duration if timer.done else 0.0
+from .warmup import numba_compile_seconds, warmup_parser   # `dpmf warmup`, and the compile timer it shares with `dpmf fit`
 
 # %% ../../nbs/93_cli.ipynb #9fc5d7b5
 NOT_COVERED = ("n_train, n_test, the test metrics (rmse, mae, ...), fit_seconds and compile_seconds are measured on the data "
@@ -169,8 +154,11 @@ def fit_report(mechanism: str, dataset: str, params: dict | None = None, test_fr
                ) -> dict:
     "Fit `mechanism` on a random split of `dataset` (a settings.ini name, a ratings file or `synthetic:...`); the dict `dpmf fit --json` prints."
     from dpmf_lit import data
+    from dpmf_lit.core.checks import check_fraction
+    from dpmf_lit.core.settings import load_settings
     from dpmf_lit.model import mf
     from dpmf_lit.model.mechanism import get_mechanism, heartbeat
+    from dpmf_lit.records.experiment import dataset_kind, load_data, to_jsonable
     test_fraction = check_fraction("test_fraction", test_fraction)
     params, options = dict(params or {}), {**(options or {}), **({} if on_duplicate is None else {"on_duplicate": on_duplicate})}
     cls = get_mechanism(mechanism)
@@ -216,26 +204,37 @@ def _privacy_line(p: dict, width: int) -> str:
     return "\n".join(head + [scope if len(scope) <= width else _cut(scope, width, "... (--json)")])
 
 # %% ../../nbs/93_cli.ipynb #e47086e8
-def fit_summary(rep: dict, width: int | None = None) -> str:
+COMPILE_NOTE = 1.0   # seconds of numba compiling in one command above which `dpmf fit` says so in a note of its own
+
+def compile_note(seconds: float) -> str:
+    "What `dpmf fit` says of `seconds` spent compiling: a first run's cost, cached on disk, and how to pay it ahead."
+    return (f"{seconds:.1f} s of this run went to numba compiling the package's kernels, once: they are now cached on disk, "
+            "so the next run loads them; `dpmf warmup` compiles them ahead of a first fit")
+
+def fit_summary(rep: dict, width: int | None = None,
+                compiled: float | None = None,   # seconds numba compiled in the whole command (default: `rep['compile_seconds']`, the fit's)
+                ) -> str:
     """The lines `dpmf fit` prints, each at most `width` characters (default: the terminal's): the result, the privacy
-    report, and a note for each thing the fit changed of what was asked (a step capped); the rest is in --json."""
+    report, and a note for each thing the fit changed of what was asked (a step capped) and for a first run's compiling,
+    wrapped, never cut; the rest is in --json."""
     width = width or max(60, min(shutil.get_terminal_size((80, 24)).columns, 160))
     head, core = f"{rep['mechanism']} on ", f": test RMSE {rep['rmse']:.4f}, MAE {rep['mae']:.4f}, fit {rep['fit_seconds']:.2f} s"
-    slow = rep.get("compile_seconds") or 0.0
-    extra = f" ({slow:.2f} s compiling)" if slow >= 0.01 else ""
-    if width - len(head) - len(core) - len(extra) < min(len(rep["dataset"]), 20): extra = ""    # the data set's name first
-    label = _middle(rep["dataset"], max(width - len(head) - len(core) - len(extra), 12))
-    notes = [line for n in rep.get("notes") or () for line in textwrap.wrap(f"note: {n}", width, subsequent_indent="  ")]
-    return f"{head}{label}{core}{extra}\n" + _privacy_line(rep["privacy"], width) + "".join("\n" + n for n in notes)
+    label = _middle(rep["dataset"], max(width - len(head) - len(core), 12))
+    slow = (rep.get("compile_seconds") or 0.0) if compiled is None else compiled
+    said = list(rep.get("notes") or ()) + ([compile_note(slow)] if slow >= COMPILE_NOTE else [])
+    notes = [line for n in said for line in textwrap.wrap(f"note: {n}", width, subsequent_indent="  ")]
+    return f"{head}{label}{core}\n" + _privacy_line(rep["privacy"], width) + "".join("\n" + n for n in notes)
 
 # %% ../../nbs/93_cli.ipynb #c9079ca4
 def cmd_fit(args) -> int:
+    from dpmf_lit.records.experiment import parse_assignments
     params = parse_assignments(args.set or [])
-    rep = fit_report(args.mechanism, args.dataset, params, args.test_fraction, args.seed, settings=settings_from_args(args),
-                     progress=sys.stderr.isatty(), format=args.format, on_duplicate=args.on_duplicate,
-                     item_features=args.item_features, item_format=args.item_format, catalogue=args.catalogue,
-                     options=file_options(args))
-    print(json.dumps(rep) if args.json else fit_summary(rep))
+    with numba_compile_seconds() as compiling:    # the whole command: loading and scoring compile kernels too
+        rep = fit_report(args.mechanism, args.dataset, params, args.test_fraction, args.seed, settings=settings_from_args(args),
+                         progress=sys.stderr.isatty(), format=args.format, on_duplicate=args.on_duplicate,
+                         item_features=args.item_features, item_format=args.item_format, catalogue=args.catalogue,
+                         options=file_options(args))
+    print(json.dumps(rep) if args.json else fit_summary(rep, compiled=compiling()))
     return 0
 
 # %% ../../nbs/93_cli.ipynb #42c45334
@@ -263,6 +262,7 @@ def _bench_options(p: argparse.ArgumentParser):
 def _bench_mechanisms(args) -> int:
     from dpmf_lit.studies import bench_mechanisms as bm
     from dpmf_lit.model.mechanism import get_mechanism
+    from dpmf_lit.records.experiment import to_jsonable
     names = args.mechanisms or list(bm.FAST)
     for n in names: get_mechanism(n)                        # an unknown name: a usage error before any work
     if args.datasets and len(args.datasets) > 1: raise ValueError(f"--datasets: one data set with --mechanisms, got {len(args.datasets)}")
@@ -273,6 +273,7 @@ def _bench_mechanisms(args) -> int:
 
 def cmd_bench(args) -> int:
     from dpmf_lit.studies import bench
+    from dpmf_lit.records.experiment import to_jsonable
     if args.mechanisms is not None: return _bench_mechanisms(args)
     sig = inspect.signature(bench.run_bench).parameters
     kwargs = {k: getattr(args, k) for k in _BENCH_OPTIONS if k in sig and getattr(args, k, None) is not None}
@@ -285,6 +286,9 @@ def cmd_bench(args) -> int:
 # %% ../../nbs/93_cli.ipynb #a00ab45e
 def _reproduce_status(args, settings) -> int:
     "`--status`: every entry, then the paper notebooks' stored outputs, current / stale / missing; exit 1 when one is not current."
+    from dpmf_lit.batch.outputs import format_outputs_status, outputs_status
+    from dpmf_lit.records.experiment import to_jsonable
+    from dpmf_lit.records.provenance import format_status, status
     profile, nbs = args.profile or settings.profile, outputs_status(settings, args.only)
     try: rows = status(profile, settings, only=args.only)
     except ValueError:
@@ -296,6 +300,7 @@ def _reproduce_status(args, settings) -> int:
 
 def _reproduce_outputs(args, settings) -> int:
     "`--outputs`: execute the paper notebooks whose stored outputs are not current (all with --force) and store them."
+    from dpmf_lit.batch.outputs import store_outputs
     rows = store_outputs(only=args.only, force=args.force, settings=settings)
     failed = [r["notebook"] for r in rows if r["status"] == "FAILED"]
     if failed: print(f"dpmf: {len(failed)} notebook(s) failed: {', '.join(failed)} (left as they were)", file=sys.stderr)
@@ -303,6 +308,8 @@ def _reproduce_outputs(args, settings) -> int:
 
 def _reproduce_compare(args, settings) -> int:
     "`--compare REV|FILE`: the results file number by number against REV's committed one (or a file); exit 1 on a difference."
+    from dpmf_lit.records.experiment import to_jsonable
+    from dpmf_lit.records.provenance import committed_results, compare_records, format_comparison, load_manifest, load_results, profile_settings, select
     settings = profile_settings(settings, args.profile or settings.profile)
     ref = Path(args.compare)
     before = load_results(ref) if ref.is_file() else committed_results(settings.results_file, args.compare)
@@ -313,6 +320,7 @@ def _reproduce_compare(args, settings) -> int:
     return int(any(r["kind"] in ("differs", "absent") for r in rows))
 
 def cmd_reproduce(args) -> int:
+    from dpmf_lit.batch.reproduce import reproduce
     settings = settings_from_args(args)
     if args.status: return _reproduce_status(args, settings)
     if args.compare: return _reproduce_compare(args, settings)
@@ -364,17 +372,17 @@ def _fit_parser(sub, common, fmt):
                      help="a data set of settings.ini (e.g. ml-100k), 'synthetic[:key=value,...]' with options of "
                           "dpmf_lit.data.synthetic, or the path of a ratings file: a published format, or a plain "
                           "user,item,rating[,timestamp] file (format delimited)")
-    fit.add_argument("--format", choices=FORMATS, default=None, metavar="FORMAT",
-                     help=f"the format of a ratings file (default: from its extension and header line): {', '.join(FORMATS)}")
+    fit.add_argument("--format", choices=LazyChoices("dpmf_lit.data.formats", "FORMATS"), default=None, metavar="FORMAT",
+                     help="the format of a ratings file (default: from its extension and header line): %(choices)s")
     add_file_options(fit)
-    fit.add_argument("--on-duplicate", choices=ON_DUPLICATE, default=None,
-                     help="a repeated (user, item) pair in the data: error (default), or keep the first or the last rating")
+    fit.add_argument("--on-duplicate", choices=LazyChoices("dpmf_lit.data.ratings", "ON_DUPLICATE"), default=None, metavar="RULE",
+                     help="a repeated (user, item) pair in the data: error (default), or keep the first or the last rating (%(choices)s)")
     fit.add_argument("--catalogue", metavar="PATH", default=None,
                      help="a file of every item id that exists, one per line: the public catalogue the item codes (and every released per-item array) run over; without it, the data set's item file where it lists every rated item, else the items the ratings name (the guarantee is then conditional on them)")
     fit.add_argument("--item-features", metavar="PATH", default=None,
                      help="attach the public item features of this file (for a data set: instead of its own)")
-    fit.add_argument("--item-format", choices=ITEM_FORMATS, default=None, metavar="FORMAT",
-                     help=f"the format of the --item-features file (default: from its first line): {', '.join(ITEM_FORMATS)}")
+    fit.add_argument("--item-format", choices=LazyChoices("dpmf_lit.data.item_features", "ITEM_FORMATS"), default=None, metavar="FORMAT",
+                     help="the format of the --item-features file (default: from its first line): %(choices)s")
     fit.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                      help="a mechanism parameter (repeatable); values are typed: true/false, none, ints, floats, strings")
     fit.add_argument("--test-fraction", type=float, default=0.2, metavar="F", help="fraction of ratings held out (default: 0.2)")
@@ -406,7 +414,7 @@ def _bench_and_reproduce_parsers(sub, common, fmt):
                          epilog="examples:\n  dpmf reproduce\n  dpmf reproduce --status\n  dpmf reproduce --profile smoke --force\n"
                                 "  dpmf reproduce --only 'baseline-*' --jobs 2\n  dpmf reproduce --compare HEAD\n  dpmf reproduce --outputs\n"
                                 "  dpmf reproduce --dask tcp://scheduler:8786")
-    rep.add_argument("--profile", choices=PROFILES, default=None,
+    rep.add_argument("--profile", choices=LazyChoices("dpmf_lit.core.settings", "PROFILES"), default=None, metavar="PROFILE",
                      help="smoke (synthetic, seconds), quick (MovieLens 100K) or paper (the papers' data); default: settings.ini")
     rep.add_argument("--only", metavar="PATTERN", default=None, help="run only entries whose id matches (fnmatch; comma-separated list)")
     rep.add_argument("--force", action="store_true", help="rerun entries even if up to date")
@@ -431,6 +439,18 @@ def _bench_and_reproduce_parsers(sub, common, fmt):
 # %% ../../nbs/93_cli.ipynb #2bbbac21
 from .commands import audit_parser, compare_parser, cmd_audit, cmd_compare
 
+# %% ../../nbs/93_cli.ipynb #e1cc1d41
+SIGNED_OPTIONS = ("--scale", "--epsilons")   # options whose value may start with '-' and a digit (a negative scale, a refused ε)
+
+def join_signed(argv: list) -> list:
+    "`argv` with `--scale -10,10` written `--scale=-10,10`, for each option of `SIGNED_OPTIONS` followed by a word that starts with '-' and a digit."
+    out, k = [], 0
+    while k < len(argv):
+        if argv[k] in SIGNED_OPTIONS and k + 1 < len(argv) and re.match(r"-\.?\d", argv[k + 1]):
+            out.append(f"{argv[k]}={argv[k + 1]}"); k += 2
+        else: out.append(argv[k]); k += 1
+    return out
+
 # %% ../../nbs/93_cli.ipynb #da2f21b1
 def build_parser() -> argparse.ArgumentParser:
     "The `dpmf` argument parser with its subcommands."
@@ -445,10 +465,23 @@ def build_parser() -> argparse.ArgumentParser:
     _bench_and_reproduce_parsers(sub, common, fmt)
     compare_parser(sub, common, fmt)
     audit_parser(sub, common, fmt)
+    warmup_parser(sub, common, fmt)
     return top
 
 # %% ../../nbs/93_cli.ipynb #4e7d9e1f
-USER_ERRORS = (ValueError, FileNotFoundError, UserError, OSError, OverflowError, MemoryError)
+USER_ERRORS = (ValueError, FileNotFoundError, OSError, OverflowError, MemoryError)   # and `checks.UserError`, imported when met
+
+def _user_error(e: BaseException) -> bool:
+    "Whether `e` is an error the user can fix (exit status 2): `USER_ERRORS` or `checks.UserError` (imported only now: `dpmf --help` needs none of the package)."
+    from dpmf_lit.core.checks import UserError
+    return isinstance(e, USER_ERRORS + (UserError,))
+
+def _warning_line(message, category, filename, lineno, file=None, line=None):
+    "A warning of the package as one line `dpmf: warning: ...` on stderr; any other warning as Python shows it."
+    if "dpmf_lit" not in str(filename): return _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)
+    print(f"dpmf: warning: {message}", file=sys.stderr if file is None else file)
+
+_PYTHON_SHOWWARNING = warnings.showwarning
 
 def _user_message(e: BaseException) -> str:
     if isinstance(e, MemoryError): return f"out of memory{': ' + str(e) if str(e) else ''}; use a smaller data set or rank"
@@ -464,22 +497,24 @@ def _pipe_closed() -> int:
 
 def main(argv=None) -> int:
     "Entry point of the `dpmf` console script; returns the exit status."
-    debug = "--debug" in (sys.argv[1:] if argv is None else [str(a) for a in argv])
+    argv = join_signed([str(a) for a in (sys.argv[1:] if argv is None else argv)])
+    debug = "--debug" in argv
     try:
         args = build_parser().parse_args(argv)
-        code = int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_line
+            code = int(args.func(args) or 0)
         sys.stdout.flush()   # a closed pipe is met here, not in Python's flush at exit
         return code
     except BrokenPipeError: return _pipe_closed()
     except KeyboardInterrupt:
         print("dpmf: interrupted", file=sys.stderr)
         return 130
-    except USER_ERRORS as e:
-        if debug: traceback.print_exc()
-        print(f"dpmf: error: {_user_message(e)}", file=sys.stderr)
-        return 2
     except Exception as e:
         if debug: traceback.print_exc()
+        if _user_error(e):
+            print(f"dpmf: error: {_user_message(e)}", file=sys.stderr)
+            return 2
         print(f"dpmf: internal error: {type(e).__name__}: {e}", file=sys.stderr)
         if not debug: print("dpmf: this is a bug; rerun with --debug to see the traceback", file=sys.stderr)
         return 1

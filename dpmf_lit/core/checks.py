@@ -6,14 +6,15 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/checks.html.md"""
 
 # %% ../../nbs/00_checks.ipynb #b0d47285
 from __future__ import annotations
-import contextlib, math, numbers, os, tempfile
+import contextlib, math, numbers, os, sys, tempfile
 from pathlib import Path
 import numpy as np
 
 # %% auto #0
-__all__ = ['INT64_MAX', 'Positive', 'Fraction', 'Bool', 'UserError', 'show', 'check_float', 'check_int', 'check_positive',
-           'check_fraction', 'check_bool', 'check_choice', 'check_seed', 'generator', 'check_unit_interval', 'Check',
-           'Int', 'Float', 'Choice', 'atomic_write_many', 'atomic_write']
+__all__ = ['INT64_MAX', 'Positive', 'Fraction', 'Bool', 'NUMBA_CACHE', 'UserError', 'show', 'show_short', 'check_float',
+           'check_int', 'check_positive', 'check_fraction', 'check_bool', 'check_choice', 'check_seed', 'generator',
+           'check_unit_interval', 'Check', 'Int', 'Float', 'Choice', 'atomic_write_many', 'atomic_write',
+           'numba_cache_fallback']
 
 # %% ../../nbs/00_checks.ipynb #78c95eb7
 class UserError(Exception):
@@ -23,6 +24,11 @@ def show(value) -> str:
     "`value` as a user would write it: numpy scalars as plain Python numbers, strings quoted."
     if isinstance(value, np.generic): value = value.item()
     return repr(value)
+
+def show_short(value, width: int = 60) -> str:
+    "`show(value)`, cut to `width` characters and '…' when longer: a message never echoes a huge value (a 1 MB field of a file)."
+    s = show(value)
+    return s if len(s) <= width else s[:width - 1] + "…"
 
 # %% ../../nbs/00_checks.ipynb #82b328ab
 def _num(x) -> str:
@@ -202,3 +208,31 @@ def atomic_write_many(files: dict) -> list[Path]:
 def atomic_write(path, data) -> Path:
     "Write `data` (bytes, str, or a function `write(file)`) to `path` through a temporary sibling and `os.replace`."
     return atomic_write_many({path: data})[0]
+
+# %% ../../nbs/00_checks.ipynb #cdda8757
+def _cache_writable(folder: Path) -> bool:
+    "Whether numba could keep its cache in `folder`, tried as numba tries it: the folder made if missing, a file written there."
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+        return True
+    except OSError: return False
+
+def numba_cache_fallback() -> str | None:
+    """Make sure numba has a folder for the package's compiled kernels before the first is defined: None when it has one
+    of its own (`NUMBA_CACHE_DIR`, `__pycache__` beside the sources, the user's cache folder); else the folder of the
+    temporary directory it is given (set as NUMBA_CACHE_DIR, and in numba's settings if numba is imported already)."""
+    if os.environ.get("NUMBA_CACHE_DIR"): return None
+    import importlib.util
+    core = Path(importlib.util.find_spec("dpmf_lit.core").submodule_search_locations[0])   # this module's folder
+    if _cache_writable(core / "__pycache__"): return None
+    user = Path(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")) / "numba"
+    if not sys.platform.startswith("linux") or _cache_writable(user): return None   # elsewhere numba's own folders are trusted
+    folder = str(Path(tempfile.gettempdir()) / f"dpmf-lit-numba-cache-{os.getuid()}")
+    os.environ["NUMBA_CACHE_DIR"] = folder
+    config = sys.modules.get("numba.core.config")
+    if config is not None: config.CACHE_DIR = folder    # numba read its settings when imported, before this line
+    return folder
+
+NUMBA_CACHE = numba_cache_fallback()   # at import: every module that defines a kernel imports this one first
+

@@ -13,14 +13,14 @@ from typing import Callable, NamedTuple
 import numpy as np
 import pandas as pd
 from numba import njit
-from ..core.checks import check_bool, check_choice, check_float, show
+from ..core.checks import check_bool, check_choice, check_float, show, show_short
 from .ratings import ON_DUPLICATE, Ratings
 from ..core.settings import Settings, load_settings
 
 # %% auto #0
 __all__ = ['ID_RANGE', 'ML100K_FORMAT', 'ML_DAT_FORMAT', 'ML_CSV_FORMAT', 'YAHOO_R1_FORMAT', 'YAHOO_R3_FORMAT', 'ANIME_FORMAT',
            'DELIMITERS', 'READERS', 'FINISHERS', 'FORMATS', 'DELIMITED_OPTIONS', 'where_to_get', 'TableFormat',
-           'RawRatings', 'read_table', 'check_options', 'load_movielens_100k', 'load_movielens_dat',
+           'RawRatings', 'check_line_ends', 'read_table', 'check_options', 'load_movielens_100k', 'load_movielens_dat',
            'load_movielens_csv', 'read_netflix', 'load_netflix', 'load_yahoo_r1', 'load_yahoo_r3', 'load_anime',
            'parse_scale', 'parse_columns', 'parse_delimiter', 'DelimitedLayout', 'sniff_delimited', 'read_delimited',
            'scale_message', 'load_delimited', 'loader_options', 'read_raw', 'finish_raw']
@@ -216,6 +216,7 @@ def _table_error(path, fmt: TableFormat, buf, info) -> str:
     text = bytes(buf[a:b]).decode("utf-8", "replace")
     parts = text.split(fmt.sep)
     field = parts[col].strip() if 0 <= col < len(parts) else ""
+    field = field if len(field) <= 60 else field[:59] + "…"          # a huge field is not echoed whole
     if code == 1: why = f"expected {fmt.n_fields} fields separated by {fmt.sep!r}, found {col}"
     elif code == 2: why = f"a single {fmt.sep[0]!r} where fields are separated by {fmt.sep!r}"
     elif code == 7: why = (f"rating={field} is outside the declared range [{fmt.rating_min:g}, {fmt.rating_max:g}]"
@@ -227,6 +228,16 @@ def _table_error(path, fmt: TableFormat, buf, info) -> str:
 def _line_end(buf, pos) -> int:
     while pos < buf.shape[0] and buf[pos] != 10: pos += 1
     return pos
+
+def check_line_ends(buf, path) -> None:
+    "Refuse, by its name, a file whose lines end with a carriage return alone (CR, as classic Mac OS wrote them): the published formats end lines with LF or CRLF."
+    head = bytes(buf[:1 << 16])
+    first = head.split(b"\n", 1)[0].rstrip(b" \r")         # the first line, as the parser reads it
+    if b"\r" in first:
+        raise ValueError(f"{path}: line 1: malformed line (its lines end with a carriage return alone, CR, as classic Mac OS "
+                         f"wrote them, not LF or CRLF as this format's do): convert it (e.g. tr '\\r' '\\n' < {Path(path).name} > "
+                         f"fixed{Path(path).suffix}), or read it as a plain file, format='delimited' (on the command line "
+                         "--format delimited), which takes any line ends")
 
 def _skip_bom(buf) -> int:
     return 3 if buf.shape[0] >= 3 and bytes(buf[:3]) == b"\xef\xbb\xbf" else 0
@@ -250,6 +261,7 @@ def read_table(path,                             # the file
     "Parse a delimited ratings file into raw (user id, item id, rating) arrays, or name the first bad line."
     path = _require_file(path, dataset)
     buf = _file_bytes(path)
+    check_line_ends(buf, path)
     start, skipped = _after_header(buf, fmt, path)
     cap = _count_lines(buf)
     u, i, r = np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.float64)
@@ -387,6 +399,7 @@ def read_netflix(paths,                              # combined_data_*.txt or mv
     users, items, ratings, parts = [], [], [], []
     for f in tqdm(files, desc="netflix", disable=not progress or len(files) < 2):
         buf = _file_bytes(f)
+        check_line_ends(buf, f)
         start, cap = _skip_bom(buf), _count_lines(buf)
         uu, ii, rr = np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.float32)
         info = np.zeros(4, np.int64)
@@ -502,13 +515,26 @@ def _split(line: str, sep: str) -> list:
     "The fields of `line`, quotes removed and spaces trimmed."
     return line.split() if sep == " " else [f.strip() for f in next(csv.reader([line], delimiter=sep))]
 
+def _text(path: Path):
+    "`path` opened as text as pandas reads it: UTF-8 (a BOM dropped, a bad byte replaced), lines ended by LF, CRLF or CR alone."
+    return open(path, encoding="utf-8-sig", errors="replace", newline=None)
+
 def _first_nonblank(path: Path) -> tuple[int, str]:
-    "(line number, text) of the first line of `path` that is not blank; (0, '') when there is none."
-    with open(path, "rb") as f:
-        for n, raw in enumerate(iter(lambda: f.readline(1 << 20), b""), 1):
-            text = raw.decode("utf-8", "replace").lstrip("\ufeff" if n == 1 else "").strip()
-            if text: return n, text
+    "(line number, text) of the first line of `path` that is not blank (its first MiB); (0, '') when there is none."
+    with _text(path) as f:
+        for n, text in enumerate(iter(lambda: f.readline(1 << 20), ""), 1):
+            if text.strip(): return n, text.strip()
     return 0, ""
+
+def _numeric(text: str) -> bool:
+    "Whether `text` reads as a number to `float` (NaN and infinity included): a rating field, never a column name."
+    try: float(text)
+    except ValueError: return False
+    return True
+
+def _names(fields: list, at: tuple) -> bool:
+    "Whether the user, item, rating (and timestamp) fields of a first line can be a header's: all names (not empty, not a number)."
+    return all(fields[k] and not _numeric(fields[k]) for k in at)
 
 def _resolve(c, fields: list, columns, path) -> int:
     "The position of column `c` (a position, or a name of the header `fields`) in a file of len(fields) fields."
@@ -522,7 +548,7 @@ def _resolve(c, fields: list, columns, path) -> int:
     if any(map(_is_number, fields)):
         raise ValueError(f"columns={show(columns)}: no column {c!r}, for {path} has no header line (its first line is "
                          f"{','.join(fields)[:80]!r}): give the columns by position, e.g. columns='0,1,2'")
-    raise ValueError(f"columns={show(columns)}: no column {c!r} in the header of {path} (its columns: {', '.join(fields)})")
+    raise ValueError(f"columns={show(columns)}: no column {c!r} in the header of {path} (its columns: {', '.join(fields)[:200]})")
 
 def sniff_delimited(path,                 # a plain ratings file
                     columns=None,         # user, item, rating[, timestamp]: header names or positions (default: the first 3 or 4)
@@ -533,30 +559,42 @@ def sniff_delimited(path,                 # a plain ratings file
     sep = None if delimiter is None else parse_delimiter(delimiter)
     line, first = _first_nonblank(Path(path))
     if not line: raise ValueError(f"{path}: empty data (no ratings)")
-    sep = sep or next((s for s in ("\t", ",", ";", " ") if len(_split(first, s)) >= 3), None)
+    try: sep = sep or next((s for s in ("\t", ",", ";", " ") if len(_split(first, s)) >= 3), None)
+    except csv.Error as e: raise ValueError(f"{path}: line {line}: not a line of fields ({e}): {first[:80]!r}") from None
     if sep is None:
         raise ValueError(f"{path}: line {line}: cannot tell how the fields of {first[:80]!r} are separated: a plain ratings file has "
                          "user, item, rating[, timestamp] separated by commas, tabs, semicolons or spaces (delimiter=, on the "
                          "command line --delimiter)")
-    fields = _split(first, sep)
+    try: fields = _split(first, sep)
+    except csv.Error as e: raise ValueError(f"{path}: line {line}: not a line of fields ({e}): {first[:80]!r}") from None
     if cols is None:
         if len(fields) not in (3, 4):
-            example = "0,1,2" if _is_number(fields[-1]) else ",".join(fields[:3])
+            example = "0,1,2" if _is_number(fields[-1]) else ",".join(fields[:3])[:80]
             raise ValueError(f"{path} has {len(fields)} fields per line; name the user, item, rating[, timestamp] columns with "
                              f"columns= (on the command line --columns), e.g. columns={example!r}")
         cols = tuple(range(len(fields)))
     at = tuple(_resolve(c, fields, columns, path) for c in cols)
     if len(set(at)) < len(at): raise ValueError(f"columns={show(columns)}: names one column of {path} twice")
-    header = any(isinstance(c, str) for c in cols) or not _is_number(fields[at[2]])
+    header = any(isinstance(c, str) for c in cols) or _names(fields, at)   # "u1,i1,NaN" or ",,": a line of data, checked as any
     return DelimitedLayout(sep, len(fields), tuple(fields) if header else (), line if header else line - 1, at)
 
 # %% ../../nbs/00c_formats.ipynb #c9209599
 def _line_text(path, line: int) -> str:
     "Line `line` of `path` (its first 80 characters), for a message."
-    with open(path, "rb") as f:
-        for n, raw in enumerate(f, 1):
-            if n == line: return raw.decode("utf-8", "replace").lstrip("\ufeff").rstrip("\r\n")[:80]
+    with _text(path) as f:
+        for n, text in enumerate(f, 1):
+            if n == line: return text.rstrip("\n")[:80]
     return ""
+
+def _nul_line(path) -> int:
+    "The line of the first NUL byte of `path` (lines ended by LF, CRLF or CR alone); 0 when it has none."
+    with open(path, "rb") as f:
+        for k, chunk in enumerate(iter(lambda: f.read(1 << 24), b"")):
+            at = chunk.find(b"\x00")
+            if at >= 0:
+                f.seek(0)
+                return len(re.findall(rb"\r\n|\r|\n", f.read(k * (1 << 24) + at))) + 1
+    return 0
 
 def _ids(text: np.ndarray) -> np.ndarray:
     "Ids as written: int64 when every one is an integer written plainly (no '+', no leading zero, within int64), else the strings."
@@ -575,6 +613,9 @@ def read_delimited(path,                      # a plain ratings file
     lo, hi = (None, None) if scale is None else parse_scale(scale)
     lay = sniff_delimited(path, columns, delimiter)
     how = f"{lay.n_fields} fields separated by {_DELIMITER_NAMES[lay.sep]}"
+    if nul := _nul_line(path):
+        raise ValueError(f"{path}: line {nul}: malformed line (a NUL byte, \\x00: a ratings file is text, and no id or rating "
+                         f"holds one; a UTF-16 or binary file?): {_line_text(path, nul)!r}")
     try:
         df = pd.read_csv(path, sep=r"\s+" if lay.sep == " " else lay.sep, header=None, names=list(range(lay.n_fields)),
                          skiprows=lay.skip, dtype=str, na_filter=False, skip_blank_lines=False, engine="c", encoding="utf-8-sig")
@@ -589,12 +630,17 @@ def read_delimited(path,                      # a plain ratings file
     lines = keep + lay.skip + 1
     bad_line = lambda k, why: ValueError(f"{path}: line {lines[k]}: malformed line ({why}): {_line_text(path, int(lines[k]))!r}")
     used = [text[c][keep] for c in lay.fields]
+    guessed = lay.header and (columns is None or not any(isinstance(c, str) for c in parse_columns(columns)))
+    if guessed:                                                                  # a first line of names, taken for the header:
+        if (used[0] == lay.header[lay.fields[0]]).any() or (used[1] == lay.header[lay.fields[1]]).any():   # its ids are the data's
+            raise ValueError(f"{path}: line {lay.skip}: malformed line (rating {show_short(lay.header[lay.fields[2]])} is not a "
+                             f"number): {_line_text(path, lay.skip)!r}")
     for what, col in zip(("user id", "item id", "rating", "timestamp"), used):
         if (col == "").any(): raise bad_line(int(np.argmax(col == "")), f"{what} is empty; expected {how}")
     rating = pd.to_numeric(pd.Series(used[2]), errors="coerce").to_numpy(np.float64)
     if not np.isfinite(rating).all():
         k = int(np.argmax(~np.isfinite(rating)))
-        raise bad_line(k, f"rating {used[2][k]!r} is not a number")
+        raise bad_line(k, f"rating {show_short(used[2][k])} is not a number")
     out = (rating < lo) | (rating > hi) if lo is not None else None
     if out is not None and out.any():
         k = int(np.argmax(out))

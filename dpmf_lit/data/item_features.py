@@ -12,18 +12,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from ..core.checks import atomic_write, check_choice, show
-from .ratings import ItemFeatures, Ratings
+from .ratings import FEATURE_ADVICE, FEATURE_LIMIT, ItemFeatures, Ratings
 
 # %% auto #0
 __all__ = ['ML100K_GENRES', 'RECBOLE_ITEM_HEADER', 'ML_CSV_ITEMS_HEADER', 'ANIME_ITEMS_HEADER', 'ITEM_FORMATS', 'ItemTable',
            'parse_items', 'read_items', 'item_table_sha256', 'write_items', 'encode_items', 'features_for',
-           'on_catalogue', 'attach_item_features', 'read_catalogue']
+           'on_catalogue', 'attach_item_features', 'missing_features', 'require_item_features', 'read_catalogue']
 
 # %% ../../nbs/00g_item_features.ipynb #dbd24e0b
 @dataclass(frozen=True, eq=False)
 class ItemTable:
     "Public facts about items as one file states them, one row per item in file order."
-    ids: np.ndarray        # int64 item ids as written in the file
+    ids: np.ndarray        # item ids as written in the file: int64, or text (an object array) where your own file's are not all integers
     title: tuple           # per item: its title as written ('' where the format has none)
     genres: tuple          # per item: a sorted tuple of genre names (empty: none listed)
     year: tuple            # per item: the release year (int), or None where the file gives none
@@ -102,16 +102,17 @@ class _Rows:
         self.where, self.first = where, {}
         self.ids, self.title, self.genres, self.year, self.type = [], [], [], [], []
 
-    def add(self, n: int, item: int, title: str = "", genres=(), year=None, type=None):
+    def add(self, n: int, item: int | str, title: str = "", genres=(), year=None, type=None):
         if item in self.first:
-            raise ValueError(f"{self.where} line {n}: duplicate item id {item} (first at line {self.first[item]})")
+            raise ValueError(f"{self.where} line {n}: duplicate item id {show(item)} (first at line {self.first[item]})")
         self.first[item] = n
         self.ids.append(item); self.title.append(title); self.genres.append(tuple(sorted(set(genres))))
         self.year.append(year); self.type.append(type)
 
     def table(self, columns: tuple = ()) -> ItemTable:
         if not self.ids: raise ValueError(f"{self.where}: no items (the file holds no item line)")
-        return ItemTable(np.array(self.ids, np.int64), tuple(self.title), tuple(self.genres), tuple(self.year),
+        text = any(isinstance(i, str) for i in self.ids)
+        return ItemTable(np.array(self.ids, object if text else np.int64), tuple(self.title), tuple(self.genres), tuple(self.year),
                          tuple(self.type), tuple(columns), self.where)
 
 # %% ../../nbs/00g_item_features.ipynb #20a9dbc1
@@ -211,7 +212,7 @@ def _parse_anime_items(text: str, where: str) -> ItemTable:
 _NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 def _parse_item_features_csv(text: str, where: str) -> ItemTable:
-    "A header row; the item id first; then numeric columns (used as they are) and text columns ('|'-separated tokens)."
+    "A header row; the item id first (integers, or text where most ids are not integers); then numeric columns (used as they are) and text columns ('|'-separated tokens)."
     records, rows, cells = _csv_records(text, where), _Rows(where), []
     first = next(records, None)
     if first is None: raise ValueError(f"{where}: no items (the file is empty)")
@@ -226,16 +227,23 @@ def _parse_item_features_csv(text: str, where: str) -> ItemTable:
         if name in names[1:k - 1]: raise ValueError(f"{where} line {n0}: column name {name!r} appears twice")
     for n, f in records:
         if len(f) != len(names): raise ValueError(f"{where} line {n}: expected {len(names)} comma-separated fields (as in the header), got {len(f)}")
-        rows.add(n, _item_id(f[0], where, n))
-        cells.append((n, [x.strip() for x in f[1:]]))
+        cells.append((n, [x.strip() for x in f]))
+    text = sum(bool(_INT.fullmatch(x[0])) for _, x in cells) <= len(cells) / 2   # ids mostly not integers: every id is text
+    for n, x in cells:
+        if not x[0]: raise ValueError(f"{where} line {n}: the item id is empty")
+        if not (text or _INT.fullmatch(x[0])):    # mostly integers: a stray word is a typo
+            raise ValueError(f"{where} line {n}: item id {x[0][:40]!r} is not an integer, while most of the file's ids are "
+                             "(text ids are read where most ids are text)")
+        rows.add(n, x[0] if text else _item_id(x[0], where, n))
+    cells = [(n, x[1:]) for n, x in cells]
     columns = []
     for c, name in enumerate(names[1:]):
         col = [(n, x[c]) for n, x in cells]
         numeric = [bool(v) and bool(_NUMBER.fullmatch(v)) for _, v in col]
         if all(num or not v for num, (_, v) in zip(numeric, col)):
             values = np.array([float(v) if v else 0.0 for _, v in col])
-            bad = np.flatnonzero(~(np.abs(values) <= np.finfo(np.float32).max))
-            if len(bad): raise ValueError(f"{where} line {col[bad[0]][0]}: {name}={col[bad[0]][1]} is too large for a float32 feature")
+            bad = np.flatnonzero(~(np.abs(values) <= FEATURE_LIMIT))
+            if len(bad): raise ValueError(f"{where} line {col[bad[0]][0]}: {name}={col[bad[0]][1]} is beyond ±{FEATURE_LIMIT:g}: {FEATURE_ADVICE}")
             columns.append((name, values))
             continue
         if sum(numeric) > len(col) / 2:      # mostly numbers: a stray word is a typo, not a category
@@ -292,12 +300,14 @@ def read_items(path,                       # an item file of one of ITEM_FORMATS
     return parse_items(p.read_bytes(), format, str(path))
 
 # %% ../../nbs/00g_item_features.ipynb #159b705b
+def _id_text(i) -> str: return i if isinstance(i, str) else str(int(i))
+
 def item_table_sha256(table: ItemTable) -> str:
     "SHA-256 of `table` in canonical form: sorted by id; id, year, genres, type (and the generic columns), titles left out."
     order = np.argsort(table.ids, kind="stable")
     h = hashlib.sha256()
     for k in order:
-        line = [str(int(table.ids[k])), "" if table.year[k] is None else str(table.year[k]), "|".join(table.genres[k]), table.type[k] or ""]
+        line = [_id_text(table.ids[k]), "" if table.year[k] is None else str(table.year[k]), "|".join(table.genres[k]), table.type[k] or ""]
         for name, values in table.columns:
             line.append(f"{name}=" + (repr(float(values[k])) if isinstance(values, np.ndarray) else "|".join(values[k])))
         h.update(("\t".join(line) + "\n").encode("utf-8"))
@@ -310,8 +320,10 @@ def write_items(table: ItemTable, path) -> Path:
         raise ValueError(f"{table.source}: only ids, titles, years and genres fit RecBole's .item format (this table has types or other columns)")
     if any(any(c.isspace() for c in g) for gs in table.genres for g in gs):
         raise ValueError(f"{table.source}: a genre name holds white space, which RecBole's .item format cannot hold")
+    if any(any(c.isspace() for c in _id_text(i)) for i in table.ids):
+        raise ValueError(f"{table.source}: an item id holds white space, which RecBole's .item format cannot hold")
     clean = lambda s: " ".join(s.split())
-    lines = [RECBOLE_ITEM_HEADER] + [f"{int(i)}\t{clean(t)}\t{'' if y is None else y}\t{' '.join(g)}"
+    lines = [RECBOLE_ITEM_HEADER] + [f"{_id_text(i)}\t{clean(t)}\t{'' if y is None else y}\t{' '.join(g)}"
                                      for i, t, y, g in zip(table.ids, table.title, table.year, table.genres)]
     return atomic_write(Path(path), "\n".join(lines) + "\n")
 
@@ -335,19 +347,36 @@ def encode_items(table: ItemTable) -> tuple[np.ndarray, tuple]:
     return X, names
 
 # %% ../../nbs/00g_item_features.ipynb #5ea48f48
+def _id_kind(ids) -> str:
+    "'number' or 'text': the kind of a list of item ids (codes are numbers)."
+    a = np.asarray(ids)
+    return "text" if a.dtype.kind in "OUS" and len(a) and isinstance(a.flat[0], str) else "number"
+
+def _check_id_kinds(ratings: Ratings, table: ItemTable):
+    "Refuse an item file whose ids are of another kind than the ratings' (text for numbers, or the reverse): none could match."
+    mine = _id_kind(np.arange(1) if ratings.item_ids is None else ratings.item_ids)
+    if _id_kind(table.ids) == mine: return
+    if mine == "number":
+        e = next(i for i in table.ids if not _INT.fullmatch(str(i)))
+        raise ValueError(f"{table.source}: its item ids are text (e.g. {show(e)}) and those of the ratings {ratings.name!r} are "
+                         "numbers: no item can match; give the item file the ratings' own ids")
+    raise ValueError(f"{table.source}: its item ids are integers and those of the ratings {ratings.name!r} are text: no item can "
+                     "match; give the item file the ratings' own ids (your own item-features-csv file may have text ids)")
+
 def features_for(ratings: Ratings,     # the ratings whose item codes the rows follow
                  table: ItemTable,     # the parsed item file
                  ) -> ItemFeatures:
     "The `ItemFeatures` of `ratings`' item codes: encoded rows of `table` by item id; zero and known=False where it has none."
     if not isinstance(ratings, Ratings): raise ValueError(f"ratings must be a Ratings object, got {type(ratings).__name__}")
     if not isinstance(table, ItemTable): raise ValueError(f"table must be an ItemTable (see read_items), got {type(table).__name__}")
+    _check_id_kinds(ratings, table)
     X, names = encode_items(table)
     ids = np.arange(ratings.n_items) if ratings.item_ids is None else np.asarray(ratings.item_ids)
     row = pd.Index(table.ids).get_indexer(ids)
     known = row >= 0
     out = np.zeros((ratings.n_items, X.shape[1]), np.float32)
     out[known] = X[row[known]]
-    return ItemFeatures(out, names, known, table.source)
+    return ItemFeatures(out, names, known, table.source, len(table))
 
 def on_catalogue(ratings: Ratings, table: ItemTable) -> Ratings:
     """`ratings` with item codes over the items `table` lists (its catalogue, declared public) when it lists every rated
@@ -365,6 +394,30 @@ def attach_item_features(ratings: Ratings,
     table = items if isinstance(items, ItemTable) else read_items(items, format)
     r = on_catalogue(ratings, table)
     return r.with_features(features_for(r, table))
+
+# %% ../../nbs/00g_item_features.ipynb #9b358d09
+def missing_features(ratings: Ratings) -> str | None:
+    "Why `ratings` has no public item feature a mechanism could use (none attached, no column, none of the rated items described); None when it has one."
+    f = ratings.item_features
+    if f is None:
+        return (f"the ratings {ratings.name!r} have none: attach them (load_dataset(..., item_features=PATH); on the command "
+                "line --item-features PATH)")
+    if f.X.shape[1] == 0: return f"{f.source} gives the ratings {ratings.name!r} no feature column"
+    if not f.known[np.bincount(ratings.item, minlength=ratings.n_items) > 0].any():   # private: only its being empty is said
+        listed = "the items" if f.listed is None else f"the {f.listed:,} items"
+        return (f"none of {listed} listed in {f.source} is among the rated items of {ratings.name!r}: the file must "
+                "describe the ratings' own item ids")
+    return None
+
+def require_item_features(ratings: Ratings,
+                          who: str,           # what needs them, as the refusal names it: a mechanism, or 'local_features=True'
+                          instead: str = "",  # what else the user may do, ending the refusal (e.g. 'or leave local_features at its default')
+                          ) -> ItemFeatures:
+    "`ratings.item_features` when a mechanism can use them (`missing_features`), else a ValueError that names `who` and the file."
+    why = missing_features(ratings)
+    if why: raise ValueError(f"{who} needs public item features, and {why}" + (f"; {instead}" if instead else ""))
+    return ratings.item_features
+
 
 # %% ../../nbs/00g_item_features.ipynb #6841e0fc
 def read_catalogue(catalogue,                # the path of a file of item ids, one per line, or a list of ids

@@ -15,10 +15,11 @@ import pandas as pd
 import numba
 from numba import njit, prange
 from ..core.grouping import group_by
-from ..core.checks import check_choice, check_float, show
+from ..core.checks import check_choice, check_float, show, show_short
 
 # %% auto #0
-__all__ = ['SCALE_SOURCES', 'CATALOGUE_SOURCES', 'ON_DUPLICATE', 'Ratings', 'ItemFeatures', 'sha256_arrays', 'ratings_sha256']
+__all__ = ['SCALE_SOURCES', 'CATALOGUE_SOURCES', 'FEATURE_LIMIT', 'FEATURE_ADVICE', 'ON_DUPLICATE', 'Ratings', 'ItemFeatures',
+           'sha256_arrays', 'ratings_sha256']
 
 # %% ../../nbs/00a_ratings.ipynb #cf326ef9
 SCALE_SOURCES = ("declared", "data")     # the rating range: declared (by the format or the user), or read from the ratings
@@ -77,6 +78,11 @@ class Ratings:
         "Check shapes, dtypes, codes, NaN, range and duplicate pairs; return self or raise ValueError."
         return _validate(self)
 
+# %% ../../nbs/00a_ratings.ipynb #14be3c79
+FEATURE_LIMIT = 1e6   # |x| of a public item feature above this is refused: rescale the column (standard units, thousands, ...)
+FEATURE_ADVICE = "rescale the column (e.g. to standard units: mean 0, standard deviation 1) so that its values stay within the limit"
+
+
 # %% ../../nbs/00a_ratings.ipynb #b2f1c1df
 @dataclass(frozen=True, eq=False)
 class ItemFeatures:
@@ -85,6 +91,7 @@ class ItemFeatures:
     names: tuple                   # the p column names, e.g. 'genre:Comedy', 'decade:1990s'
     known: np.ndarray              # bool (n_items,): True where the source had a row for the item
     source: str = "public"         # where they come from (a file, a generator), shown in reports
+    listed: int | None = None      # how many items the source lists (its own count, public); None: not read from a file
 
     def __post_init__(self):
         X = np.asarray(self.X)
@@ -92,6 +99,9 @@ class ItemFeatures:
         if len(self.names) != X.shape[1]: raise ValueError(f"item features: {len(self.names)} names for {X.shape[1]} columns")
         if np.shape(self.known) != (X.shape[0],): raise ValueError(f"item features: known has shape {np.shape(self.known)}, not ({X.shape[0]},)")
         if not np.isfinite(X).all(): raise ValueError(f"item features from {self.source}: X has a NaN or infinite entry")
+        big = np.flatnonzero(np.abs(X).max(0, initial=0.0) > FEATURE_LIMIT) if X.size else ()
+        if len(big): raise ValueError(f"item features from {self.source}: column {self.names[big[0]]!r} reaches "
+                                      f"{float(np.abs(X[:, big[0]]).max()):g}, beyond ±{FEATURE_LIMIT:g}: {FEATURE_ADVICE}")
 
     @property
     def n_items(self) -> int: return self.X.shape[0]
@@ -102,7 +112,7 @@ class ItemFeatures:
     def take_items(self, codes) -> "ItemFeatures":
         "The rows of item codes `codes`, in that order (for a re-coding of the items)."
         codes = np.asarray(codes)
-        return ItemFeatures(self.X[codes], tuple(self.names), self.known[codes], self.source)
+        return ItemFeatures(self.X[codes], tuple(self.names), self.known[codes], self.source, self.listed)
 
 
 # %% ../../nbs/00a_ratings.ipynb #f5df4ef2
@@ -183,7 +193,7 @@ def _check_range(rating_min, rating_max) -> tuple[float, float]:
 
 def _index(k) -> str: return f"index {k}"
 
-def _pair_label(u, i) -> str: return f"user={show(u)}, item={show(i)}"
+def _pair_label(u, i) -> str: return f"user={show_short(u)}, item={show_short(i)}"   # a huge id cut
 
 @njit(parallel=True, cache=True)
 def _all_in(rating, lo, hi):
@@ -324,13 +334,13 @@ def _with_catalogue(r: Ratings, item_ids, source: str) -> Ratings:
     rated = np.bincount(r.item, minlength=r.n_items) > 0
     missing = rated & (pos < 0)
     if missing.any():
-        raise ValueError(f"{where}: {int(missing.sum()):,} rated item(s) are not in the catalogue of {len(cat):,} items, "
-                         f"e.g. item {show(old[int(np.argmax(missing))])}: the catalogue must list every item the ratings name")
+        raise ValueError(f"{where}: the ratings name items that are not in the catalogue of {len(cat):,} items: the catalogue "
+                         "must list every item the ratings name (which ones is not shown: the set of rated items is private)")
     feats, f = None, r.item_features
     if f is not None:
         ok = pos >= 0
         X, known = np.zeros((len(cat), f.X.shape[1]), np.float32), np.zeros(len(cat), np.bool_)
         X[pos[ok]], known[pos[ok]] = f.X[ok], f.known[ok]
-        feats = ItemFeatures(X, tuple(f.names), known, f.source)
+        feats = ItemFeatures(X, tuple(f.names), known, f.source, f.listed)
     return replace(r, item=pos.astype(np.int32)[r.item], n_items=len(cat), item_ids=np.asarray(cat), item_features=feats,
                    catalogue_source=source)

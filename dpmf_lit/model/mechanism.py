@@ -13,15 +13,17 @@ import numpy as np
 from ..core.metrics import rms
 from fastcore.basics import patch
 from fastcore.docments import docments
-from ..core.checks import Check, check_bool, check_choice, show
+from ..core.checks import Check, check_bool, check_choice, show, show_short
 from ..data import Ratings
+from ..data.item_features import require_item_features
 from ..data.synthetic import available_memory   # one reading of free memory, shared with the generator
 from ..core.kernels import predict_kernel
 from ..core.privacy import PrivacyReport, Release, fit_randomness
 
 # %% auto #0
-__all__ = ['UNKNOWN', 'ITERATIONS', 'MAX_WORK', 'HEARTBEAT_DELAY', 'MECHANISMS', 'ENTRY_POINT_GROUP', 'FittedModel', 'Factors',
-           'Mechanism', 'Above', 'heartbeat', 'register_mechanism', 'mechanism_modules', 'mechanisms', 'get_mechanism']
+__all__ = ['UNKNOWN', 'ITERATIONS', 'MAX_WORK', 'LONG_WORK', 'FEATURE_WORK', 'DATA_LIMIT', 'HEARTBEAT_DELAY', 'MECHANISMS',
+           'ENTRY_POINT_GROUP', 'FittedModel', 'Factors', 'Mechanism', 'Above', 'LongFitWarning', 'ridge_work',
+           'heartbeat', 'register_mechanism', 'mechanism_modules', 'mechanisms', 'get_mechanism']
 
 # %% ../../nbs/01b_mechanism.ipynb #0d8b6aa4
 @dataclass(repr=False)
@@ -57,24 +59,48 @@ def _short(p: PrivacyReport) -> str:
     return f"conditional ({p.epsilon:g}, {p.delta or 0:g})-DP per {p.unit}" if p.coverage == "conditional" else p.guarantee()
 
 # %% ../../nbs/01b_mechanism.ipynb #e9d8928e
+def _kind(ids: np.ndarray) -> str | None:
+    "'integer', 'number' or 'string' when every id is one (numpy scalars included; a bool is none); None otherwise (None, bytes, a mix)."
+    k = ids.dtype.kind
+    if k in "iu": return "integer"
+    if k == "f": return "number"
+    if k == "U": return "string"
+    if k != "O": return None
+    if all(isinstance(x, str) for x in ids.flat): return "string"
+    if all(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) for x in ids.flat): return "integer"
+    return None
+
+def _comparable(ids: np.ndarray, table, what: str) -> np.ndarray:
+    "`ids` as values the sorted id `table` (None: codes) can be searched for; a ValueError naming `what` when they are of another kind."
+    kind, want = _kind(ids), "integer" if table is None else _kind(table[:1])   # a table's ids are of one kind (sorted by factorize)
+    if want is None or kind == want == "string" or (want == "number" and kind in ("integer", "number")): return ids
+    if kind == want == "integer" and ids.dtype.kind in "iu": return ids
+    with np.errstate(invalid="ignore"):
+        whole = kind == "number" and bool((np.isfinite(ids) & (ids == np.round(ids)) & (np.abs(ids) < 2.0**63)).all())
+    with contextlib.suppress(OverflowError):
+        if want == "integer" and (kind == "integer" or whole): return ids.astype(np.int64)   # 3.0 is id 3
+    given = ids.flat[0] if ids.size == 1 else ids.tolist()
+    raise ValueError(f"{what}={show_short(given)} holds no {what} id of this model: its {what} ids are "
+                     + ("its 0-based codes (integers)" if table is None else f"{want}s, as in the data it was fitted on; "
+                        "to pass codes, use predict_codes"))
+
 def _lookup(ids, table, n: int, what: str) -> tuple[np.ndarray, np.ndarray]:
     "int32 codes of the original `ids` in the sorted id `table` (None: the ids are the codes, `n` of them), 0 where unknown, and the mask of the known ones."
     ids = np.asarray(ids)
+    if ids.size == 0: return np.zeros(0, np.int32), np.zeros(0, bool)
+    ids = _comparable(ids, table, what)
     if table is None:
-        if ids.dtype.kind not in "iu": _bad_ids(ids, what, None)
         known = (ids >= 0) & (ids < n)
         return np.where(known, ids, 0).astype(np.int32), known
-    if (table.dtype.kind in "iuf") != (ids.dtype.kind in "iuf"): _bad_ids(ids, what, table)   # a string for a number, or the reverse
-    try: pos = np.searchsorted(table, ids)
-    except TypeError: _bad_ids(ids, what, table)
-    pos = np.minimum(pos, len(table) - 1)
+    try: pos = np.minimum(np.searchsorted(table, ids), len(table) - 1)
+    except TypeError: raise ValueError(f"{what}={show_short(ids.tolist())} cannot be compared with this model's {what} ids") from None
     known = table[pos] == ids
     return np.where(known, pos, 0).astype(np.int32), known
 
-def _bad_ids(ids, what, table):
-    shown = ", ".join(map(show, np.ravel(ids)[:3].tolist()))
-    raise ValueError(f"{what} id(s) {shown} not in the training data's {what}s" +
-                     ("" if table is None else f" (ids like {show(table[0].item())}); pass codes to predict_codes"))
+def _bad_ids(ids, what):
+    "The error of `unknown='error'` for `ids` not in the training data (whose own ids are not shown: they may be private)."
+    shown = ", ".join(show_short(x, 40) for x in np.ravel(ids)[:3].tolist()) + (" and others" if len(ids) > 3 else "")   # no count: which ids are known is the data's
+    raise ValueError(f"{what} id(s) {shown} not in the training data's {what}s (unknown='default' predicts them as a cold start)")
 
 
 # %% ../../nbs/01b_mechanism.ipynb #2b892fb8
@@ -94,7 +120,7 @@ def predict(self: FittedModel, user, item,
     i, ki = _lookup(item, self.item_ids, len(self.V), "item")
     if unknown == "error":
         for ids, k, table, what in ((user, ku, self.user_ids, "user"), (item, ki, self.item_ids, "item")):
-            if not k.all(): _bad_ids(ids[~k], what, table)
+            if not k.all(): _bad_ids(ids[~k], what)
     pred, known = self.predict_codes(u, i), ku & ki
     if not known.all():
         pred[~known] = self._cold_start(u, i, ku, ki)[~known]
@@ -334,6 +360,11 @@ def rng(self: Mechanism, *stream: int) -> np.random.Generator:
     return np.random.default_rng(None if self.seed is None else np.random.SeedSequence([self.seed, *stream]))
 
 @patch
+def needs_item_features(self: Mechanism) -> str | None:
+    "What in this configuration regresses on the public item features, as a refusal names it ('user-features', 'local_features=True'); None: nothing."
+    return None
+
+@patch
 def memory_bytes(self: Mechanism, train: Ratings) -> int:
     "Bytes the fit needs at least: the float32 factors (subclasses add their own arrays)."
     return 4 * (train.n_users + train.n_items) * int(getattr(self, "d", 0))
@@ -401,9 +432,8 @@ class _Shown(dict):
     def __init__(self, p: dict): super().__init__({k: show(v) for k, v in p.items()})
     def __missing__(self, k): return k
 
-def _extreme(mech: Mechanism) -> str:
-    """An overflow's hint naming the parameter given farthest from its default (at least 4 orders of magnitude; the seed
-    never), or `overflow_hint`'s clause about that one; "" when none is that far (the hint then applies)."""
+def _farthest(mech: Mechanism) -> str | None:
+    "The parameter given farthest from its default, when at least 4 orders of magnitude from it (the seed never); else None."
     defaults, far = {k: d for k, d, _ in mech.parameter_docs()}, {}
     for k in mech._given:
         if k == "seed": continue   # any seed is as good as another
@@ -412,7 +442,13 @@ def _extreme(mech: Mechanism) -> str:
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v != 0 and math.isfinite(v):
             far[k] = abs(math.log10(abs(v) / abs(ref)))
     k = max(far, key=far.get, default=None)
-    if k is None or far[k] < 4: return ""
+    return None if k is None or far[k] < 4 else k
+
+def _extreme(mech: Mechanism) -> str:
+    """An overflow's hint naming the parameter given farthest from its default (`_farthest`), or `overflow_hint`'s clause
+    about that one; "" when none is that far, or when the hint says just that (the hint then applies)."""
+    k, defaults = _farthest(mech), {k: d for k, d, _ in mech.parameter_docs()}
+    if k is None: return ""
     v, ref = getattr(mech, k), defaults.get(k)
     way, hint = "raise" if isinstance(ref, (int, float)) and abs(v) < abs(ref or 1.0) else "lower", mech.overflow_hint
     if f"{way} {k}={{{k}}}" in hint:   # the mechanism's own hint says it: that clause alone, if it names others too
@@ -423,6 +459,15 @@ def _extreme(mech: Mechanism) -> str:
 # %% ../../nbs/01b_mechanism.ipynb #9fe41773
 ITERATIONS = ("epochs", "pmf_epochs", "sweeps")   # the vocabulary's iteration counts
 MAX_WORK = 1e15   # rating-by-rank updates: about 12 days at 1e9 a second; a paper-scale run (Netflix, d=128, 100 epochs) is ~1e12
+LONG_WORK = 6e11  # about ten minutes at 1e9 a second: a fit estimated above it is announced (`LongFitWarning`) before it starts
+FEATURE_WORK = "item_features"   # the key of `work` for what the public item features cost: the data's doing, not a parameter's
+
+class LongFitWarning(UserWarning):
+    "A fit the work estimate puts above `LONG_WORK`, said before it starts (`dpmf` prints it as `dpmf: warning: ...`)."
+
+def ridge_work(train: Ratings, k: int) -> float:
+    "Multiply-adds of every user's ridge on `k` columns, as `als_sweep` solves it: ratings × k²/2 to build the systems, users × k³/3 to solve them."
+    return len(train) * k * k / 2 + train.n_users * (k ** 3 / 3 + 2 * k * k)
 
 @patch
 def work(self: Mechanism, train: Ratings) -> dict:
@@ -437,14 +482,29 @@ def work(self: Mechanism, train: Ratings) -> dict:
     return out
 
 def _check_work(mech: Mechanism, train: Ratings):
-    """Refuse, before any work, a fit that would run for weeks, naming the parameter given whose default would cut it most
-    (else the one the estimate credits most: the data set is that large)."""
+    """Refuse, before any work, a fit that would run for weeks, and announce one of ten minutes or more (`LongFitWarning`),
+    naming the cause: the item features' file where they carry most of the estimate, else the parameter given whose
+    default would cut it most (else the one the estimate credits most: the data set is that large)."""
     total = lambda m: sum(m.work(train).values())
+    work = mech.work(train)
+    if sum(work.values()) <= LONG_WORK: return
+    if work.get(FEATURE_WORK, 0.0) > sum(work.values()) / 2: return _feature_work(mech, train, sum(work.values()) > MAX_WORK)
+    k = _culprit(mech, total) or max(work, key=work.get)
     if total(mech) > MAX_WORK:
-        work = mech.work(train)
-        k = _culprit(mech, total) or max(work, key=work.get)
         raise ValueError(f"{_typed(mech, k)}={show(getattr(mech, k, None))} on {len(train):,} ratings is about {total(mech):.1e} "
                          f"multiply-adds (more than {MAX_WORK:.0e}, weeks of computing): {_way(mech, k)}")
+    warnings.warn(LongFitWarning(f"{mech.name}: {_typed(mech, k)}={show(getattr(mech, k, None))} on these ratings makes more than "
+                                 f"{LONG_WORK:.0e} multiply-adds (ten minutes or more at about 1e9 a second); it runs on: "
+                                 f"{_way(mech, k)} for a shorter fit"), stacklevel=4)
+
+def _feature_work(mech: Mechanism, train: Ratings, refuse: bool):
+    "The refusal (`refuse`) or the warning of a fit that the item features make long, naming their file and column count (public); no count of the ratings."
+    f = train.item_features
+    what = (f"{mech.name}: the {f.X.shape[1]:,} public item features of {f.source} enter every user's solve, "
+            f"a system of more than {f.X.shape[1]:,} unknowns: more than {MAX_WORK if refuse else LONG_WORK:.0e} multiply-adds "
+            f"in all ({'weeks of computing' if refuse else 'ten minutes or more at about 1e9 a second'})")
+    if refuse: raise ValueError(f"{what}: keep fewer feature columns in the file")
+    warnings.warn(LongFitWarning(f"{what}; it runs on: keep fewer feature columns for a shorter fit"), stacklevel=5)
 
 # %% ../../nbs/01b_mechanism.ipynb #1ccec54b
 def _check_data(train, valid):
@@ -480,8 +540,23 @@ def _rmse(model: "FittedModel", data: Ratings) -> float:
     return rms(err)
 
 # %% ../../nbs/01b_mechanism.ipynb #bee29422
-def _hint(mech: Mechanism, p: dict) -> str:
-    return _extreme(mech) or mech.overflow_hint.format_map(_Shown(p)) or "check the parameters"
+DATA_LIMIT = 1e4   # ratings beyond ±this (or item features beyond ±1e3): an overflow is blamed on the data file
+
+def _data_cause(train: Ratings) -> str:
+    "An overflow's hint naming the data when its values are extreme (the scale shown where it is public); '' when they are not."
+    lo, hi, f = train.rating_min, train.rating_max, train.item_features
+    if max(abs(lo), abs(hi)) > DATA_LIMIT:
+        scale = f"[{lo:g}, {hi:g}]" if train.scale_source == "declared" else "read from the data"
+        return f"the ratings {train.name!r} are on an extreme scale ({scale}): rescale the ratings in the file (e.g. to 1-5)"
+    if f is not None and f.X.size and float(np.abs(f.X).max()) > 1e3:
+        return f"the item features of {f.source} reach {float(np.abs(f.X).max()):g}: rescale them in the file (e.g. to standard units)"
+    return ""
+
+def _hint(mech: Mechanism, p: dict, train: Ratings) -> str:
+    "What to change after an overflow: an extreme parameter given, else the data file when its values are extreme, else the mechanism's own hint."
+    own = mech.overflow_hint.format_map(_Shown(p))
+    if _farthest(mech): return _extreme(mech) or own or "check the parameters"
+    return _data_cause(train) or own or f"check the parameters and the data ({train.name!r})"
 
 class _Said(ValueError):
     "A refusal that already names what to change (an inner mechanism's, in the outer one's words): `_run` passes it on as it is."
@@ -495,7 +570,7 @@ def _run(mech: Mechanism, train: Ratings, progress: bool, extra: dict) -> Factor
     except _Said: raise
     except (ValueError, OverflowError, FloatingPointError, RuntimeError) as e:   # an inner check that met an infinity
         if not (isinstance(e, OverflowError) or _OVERFLOWED.search(str(e))): raise
-        raise ValueError(f"{mech.name}: the fit overflowed ({e}); {_hint(mech, mech.resolved_params())}") from None
+        raise ValueError(f"{mech.name}: the fit overflowed ({e}); {_hint(mech, mech.resolved_params(), train)}") from None
     except MemoryError as e:   # an array the estimate did not foresee (a count that sizes an array)
         raise ValueError(f"{mech.name}: out of memory ({e}); {_extreme(mech) or 'lower d or an iteration count'}") from None
 
@@ -546,6 +621,8 @@ def fit(self: Mechanism, train: Ratings, valid: Ratings | None = None, *, progre
 
 def _fit_model(self: Mechanism, train: Ratings, valid, progress: bool, extra: dict) -> FittedModel:
     _check_data(train, valid)
+    who = self.needs_item_features()
+    if who: require_item_features(train, who, f"or leave {who.split('=')[0]} at its default" if "=" in who else "")
     _check_extra(self, extra)
     check_bool("progress", progress)
     _check_memory(self, train)
@@ -561,7 +638,7 @@ def _fit_model(self: Mechanism, train: Ratings, valid, progress: bool, extra: di
     seconds = time.perf_counter() - t0
     ran = {**self.resolved_params(), **out.params}
     bad = _nonfinite(out)
-    if bad: raise ValueError(f"{self.name}: the fit overflowed ({', '.join(bad)} not finite); {_hint(self, ran)}")
+    if bad: raise ValueError(f"{self.name}: the fit overflowed ({', '.join(bad)} not finite); {_hint(self, ran, train)}")
     params = {k: v for k, v in ran.items() if not (k in self.applies and ran.get(self.applies[k][0]) not in self.applies[k][1])}
     privacy = out.privacy if isinstance(out.privacy, PrivacyReport) else out.privacy.report()   # one accountant composes the events
     counts = np.bincount(train.user, minlength=train.n_users) if privacy.private and privacy.unit == "rating" else None   # only a per-rating guarantee needs them

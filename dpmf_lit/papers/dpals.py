@@ -16,7 +16,7 @@ from ..core.checks import Bool, Choice, Float, Fraction, Int, Positive, check_ch
 from ..data import Ratings
 from ..core.kernels import als_sweep, to_csr
 from ..model.linalg import clip_rows, normal_equations
-from ..model.mechanism import Factors, Mechanism, register_mechanism
+from ..model.mechanism import FEATURE_WORK, Factors, Mechanism, register_mechanism, ridge_work
 from dp_accounting import GaussianDpEvent, SelfComposedDpEvent
 from ..core.privacy import NEIGHBOURING, PrivacyReport, Release, Unit, gaussian_epsilon, gaussian_release, gaussian_sigma_analytic
 from .baselines import bias_sensitivity, item_offsets, public_mean, release_item_totals
@@ -151,14 +151,24 @@ DPALS.card = Card(paper="dpals", notebook="10_dpals",
 # %% ../../nbs/10_dpals.ipynb #daa64f5b
 @patch
 def work(self: DPALS, train: Ratings) -> dict:
-    "Multiply-adds: each round builds the statistics (ratings × d²) and solves every row (rows × d³), plus a fixed cost."
+    "Multiply-adds: each round builds the statistics (ratings × d²) and solves every row (rows × d³), plus a fixed cost; with `local_features`, each device's larger solve, credited to the item features."
     d = float(self.d)
-    return {"epochs": float(self.epochs + 1) * (len(train) * d * d + (train.n_users + train.n_items) * d ** 3 + 1e5)}
+    out = {"epochs": float(self.epochs + 1) * (len(train) * d * d + (train.n_users + train.n_items) * d ** 3 + 1e5)}
+    p = public_item_features(train, self.local_features).shape[1]     # the columns each device regresses on besides V
+    if p: out[FEATURE_WORK] = float(self.epochs + 1) * (ridge_work(train, self.d + p + 1) - ridge_work(train, self.d + 1))
+    return out
+
+@patch
+def needs_item_features(self: DPALS) -> str | None:
+    "`feature_weight` or `local_features`, as given, when either regresses on the public item features (`fit` then refuses ratings without one it can use)."
+    if self.feature_weight > 0: return f"feature_weight={show(self.feature_weight)}"
+    return "local_features=True" if self.local_features else None
 
 @patch
 def memory_bytes(self: DPALS, train: Ratings) -> int:
-    "The factors, and three float64 d × d matrices per item (statistics, noise, eigenvectors)."
-    return 4 * (train.n_users + train.n_items) * self.d + 24 * train.n_items * self.d ** 2
+    "The factors (the users' with the feature weights they fit), and three float64 d × d matrices per item (statistics, noise, eigenvectors)."
+    p = public_item_features(train, self.feature_weight > 0 or self.local_features).shape[1]
+    return 4 * (train.n_users + train.n_items) * (self.d + p) + 24 * train.n_items * self.d ** 2
 
 @patch
 def kept_ratings(self: DPALS, train: Ratings, counts: np.ndarray) -> np.ndarray:
@@ -190,14 +200,6 @@ def privacy_events(self: DPALS, train: Ratings, z0: float, z: float) -> Release:
                           "analytic conversion (Balle & Wang 2018); the PrivacyAccountant's RDP bound: epsilon <= {rdp:.4g}"))
 
 # %% ../../nbs/10_dpals.ipynb #ace122e8
-def _check_features(self: DPALS, train: Ratings) -> None:
-    "Refuse `feature_weight` or `local_features` on ratings without public item features: either would do nothing."
-    if train.item_features is not None: return
-    for name, on in (("feature_weight", self.feature_weight > 0), ("local_features", self.local_features)):
-        if on: raise ValueError(f"{name}={show(getattr(self, name))} needs public item features, and the ratings "
-                                f"{train.name!r} have none: attach them (load_dataset(..., item_features=PATH); on the command "
-                                f"line --item-features PATH) or leave {name} at its default")
-
 def by_item(train: Ratings, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     "The ratings the boolean mask `kept` marks, grouped by item, in rating order within an item: (indptr, user, rating) — a stable counting sort of the kept positions."
     ptr, order = group_by(train.item, train.n_items, mask=kept)
@@ -209,7 +211,6 @@ def item_codes(indptr) -> np.ndarray:
 
 @patch
 def _fit(self: DPALS, train: Ratings, progress: bool = False) -> Factors:
-    _check_features(self, train)
     m0, lo, hi = public_mean(train, self.mean), train.rating_min, train.rating_max
     clip_r = (hi - lo) / 2 if self.clip_rating is None else self.clip_rating
     z0, z = noise_multipliers(self.epsilon, self.delta, self.epochs, self.count_share)

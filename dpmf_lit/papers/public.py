@@ -13,7 +13,7 @@ from fastcore.basics import patch
 from ..core.checks import Choice, Float, Fraction, Int, Positive, check_float
 from ..data import Ratings
 from ..core.kernels import als_sweep, to_csr
-from ..model.mechanism import Above, Factors, Mechanism, register_mechanism
+from ..model.mechanism import FEATURE_WORK, Above, Factors, Mechanism, register_mechanism, ridge_work
 from dp_accounting import GaussianDpEvent, SelfComposedDpEvent
 from ..core.privacy import NEIGHBOURING, PrivacyReport, Release, Unit, gaussian_epsilon, gaussian_release, gaussian_sigma_analytic
 from ..model.linalg import clip_rows
@@ -59,11 +59,26 @@ class UserFeatures(Mechanism):
 def _fit(self: UserFeatures, train: Ratings, progress: bool = False) -> Factors:
     m0, X = public_mean(train, self.mean), public_features(train)
     W, a = local_ridge(train, X, np.zeros(train.n_items), m0, self.reg, self.reg_local)
-    source = "no item features (intercept only)" if train.item_features is None else train.item_features.source
+    source = train.item_features.source     # `fit` refuses ratings without features it can use
     report = PrivacyReport(released=(), unit="user", epsilon=0.0, delta=0.0, method="local computation: nothing released",
                            scope=PUBLIC_SCOPE, coverage="end-to-end", neighbouring="replace",
                            notes=f"r̂_ij = m0 + a_i + x_jᵀw_i with the public m0 = {m0:g} and {X.shape[1]} public item features ({source})")
     return Factors(W, X, a, np.zeros(train.n_items, np.float32), m0, privacy=report, params={"mean": m0})
+
+# %% ../../nbs/13_public_features.ipynb #2495edd7
+@patch
+def needs_item_features(self: UserFeatures) -> str: return "user-features"
+
+@patch
+def work(self: UserFeatures, train: Ratings) -> dict:
+    "Each user's ridge on [1, x_j] on the device, credited to the item features (`ridge_work`)."
+    return {FEATURE_WORK: ridge_work(train, public_features(train).shape[1] + 1)}
+
+@patch
+def memory_bytes(self: UserFeatures, train: Ratings) -> int:
+    "The float32 weights W (users × p+1) and the features X (items × p)."
+    return 4 * (train.n_users + train.n_items) * (public_features(train).shape[1] + 1)
+
 
 # %% ../../nbs/13_public_features.ipynb #89c48476
 UserFeatures.card = Card(notebook="13_public_features", role="floor", at=11,
@@ -104,6 +119,20 @@ class DPBiasFeatures(Mechanism):
                  mean: Float() | None = None,    # public offset m0 (None: the midpoint of the rating scale)
                  seed: Int(0) | None = None):    # None: secret, from the OS; a number: trimming and noise reproducible (public)
         pass
+
+# %% ../../nbs/13_public_features.ipynb #d7c6fb5c
+@patch
+def needs_item_features(self: DPBiasFeatures) -> str: return "dp-bias-features"
+
+@patch
+def work(self: DPBiasFeatures, train: Ratings) -> dict:
+    "Each user's ridge on [1, x_j, c_j] on the device (twice with a prior), credited to the item features; the release is small beside it."
+    return {FEATURE_WORK: (2 if self.prior_share > 0 else 1) * ridge_work(train, public_features(train).shape[1] + 2)}
+
+@patch
+def memory_bytes(self: DPBiasFeatures, train: Ratings) -> int:
+    "The float32 weights W (users × p+2) and [X, c] (items × p+1)."
+    return 4 * (train.n_users + train.n_items) * (public_features(train).shape[1] + 2)
 
 # %% ../../nbs/13_public_features.ipynb #0b4a3564
 DPBiasFeatures.card = Card(paper="public", notebook="13_public_features",

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 from ..core.checks import check_bool, check_fraction, check_int, show
-from ..data import Ratings
+from ..data import ItemFeatures, Ratings
 from ..model.cards import audit_batch, audit_settings, paper_audits
 from ..model.mechanism import Mechanism, get_mechanism
 from ..core.privacy import gaussian_epsilon, gaussian_sigma_analytic
@@ -21,9 +21,9 @@ import pandas as pd
 
 # %% auto #0
 __all__ = ['PAIRS', 'RELEASES', 'CONTROLS', 'AUDITS', 'COVERS', 'MAX_AUDITED_EPSILON', 'BATCH', 'PAPER_AUDITS', 'declared_pair',
-           'neighbouring_pair', 'release_vector', 'control', 'run_releases', 'canary_data', 'item_rows', 'canary_audit',
-           'AuditSetting', 'AuditResult', 'audit', 'audit_all', 'audit_table', 'figure_audit', 'audited_clause',
-           'sync_papers_table', 'audit_status']
+           'audit_features', 'neighbouring_pair', 'release_vector', 'control', 'run_releases', 'canary_data',
+           'item_rows', 'canary_audit', 'AuditSetting', 'AuditResult', 'audit', 'audit_all', 'audit_table',
+           'figure_audit', 'audited_clause', 'sync_papers_table', 'audit_status']
 
 # %% ../../nbs/12_audit.ipynb #11142be3
 PAIRS = {("rating", "replace"): "value", ("rating", "add_remove"): "absent", ("user", "replace"): "user",
@@ -33,6 +33,12 @@ def declared_pair(report) -> str:
     "The pair of `PAIRS` that a privacy report's unit and neighbouring notion declare."
     unit = "user" if str(report.unit).startswith("user") else "rating"
     return PAIRS[(unit, report.neighbouring or "replace")]
+
+# %% ../../nbs/12_audit.ipynb #e26fb9f9
+def audit_features(n_items: int) -> ItemFeatures:
+    "The public item features of every audit data set: one indicator, the odd item codes; the same on both sides of a pair."
+    return ItemFeatures((np.arange(n_items) % 2 == 1).astype(np.float32)[:, None], ("genre:odd",), np.ones(n_items, bool), "audit", n_items)
+
 
 # %% ../../nbs/12_audit.ipynb #d7a27f1d
 def neighbouring_pair(pair: str = "value",  # 'value', 'absent', 'user' or 'user-absent' (see the table above)
@@ -53,7 +59,8 @@ def neighbouring_pair(pair: str = "value",  # 'value', 'absent', 'user' or 'user
     own, tgt = u == 0, (u == 0) & (i == target)
     r[tgt] = r_min
     if pair == "user": r[own] = r_min
-    make = lambda k, rr, name: Ratings(u[k], i[k], rr[k], n_users, n_items, r_min, r_max, name=name).validate()
+    make = lambda k, rr, name: Ratings(u[k], i[k], rr[k], n_users, n_items, r_min, r_max, name=name,
+                                       item_features=audit_features(n_items)).validate()
     every = np.ones(len(u), bool)
     if pair == "absent": return make(every, np.where(tgt, r_max, r), "audit D"), make(~tgt, r, "audit D'")
     D = make(every, r, "audit D")
@@ -133,7 +140,7 @@ def canary_data(m: int, pair: str = "user", r_min: float = 1.0, r_max: float = 5
     keep = np.r_[S | (pair in ("value", "user")), True]
     u = np.arange(m + 1, dtype=np.int32)[keep]
     r = np.r_[np.where(S, r_max, r_min), r_min].astype(np.float32)[keep]
-    return Ratings(u, u.copy(), r, m + 1, m + 1, r_min, r_max, name="audit canaries").validate(), S
+    return Ratings(u, u.copy(), r, m + 1, m + 1, r_min, r_max, name="audit canaries", item_features=audit_features(m + 1)).validate(), S
 
 def item_rows(model, released) -> np.ndarray:
     "The released arrays named in `released` that have one row per item (V, item_bias), side by side (items × p, float64)."

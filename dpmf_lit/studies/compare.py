@@ -16,14 +16,16 @@ from ..model.cards import (Contender, baselines, caveats, contenders, grid_of as
 from ..core.checks import check_choice, check_int, show
 from .compare_stats import SLICES, margin_interval, popularity_slices, public_standin, slice_errors, margin_verdict
 from ..data import Ratings, random_split, synthetic
+from ..data.item_features import missing_features
 from ..model.mechanism import get_mechanism
 from ..model.mf import evaluate
 
 # %% auto #0
 __all__ = ['CONTENDERS', 'RELEASE_NOTHING', 'BASELINES', 'NO_GUARANTEE', 'NOT_AT_A_TARGET', 'USER_CONTENDERS', 'UNITS',
-           'PAPER_ROWS', 'INDEX_HEADING', 'three_way_split', 'pick', 'run_contender', 'floor_row', 'compare_epsilons',
-           'compare_users', 'panel', 'beats_nothing_from', 'comparison_record', 'comparison_table', 'covered', 'answer',
-           'ablation_table', 'slice_table', 'tuning_table', 'paper_verdicts', 'index_block', 'sync_index']
+           'PAPER_ROWS', 'INDEX_HEADING', 'three_way_split', 'Rows', 'pick', 'run_contender', 'floor_row',
+           'needs_features', 'runnable', 'compare_epsilons', 'compare_users', 'panel', 'beats_nothing_from',
+           'comparison_record', 'comparison_table', 'covered', 'answer', 'ablation_table', 'slice_table',
+           'tuning_table', 'paper_verdicts', 'index_block', 'sync_index']
 
 # %% ../../nbs/11_compare.ipynb #a8937126
 def three_way_split(ratings: Ratings, seed: int = 0) -> tuple[Ratings, Ratings, Ratings]:
@@ -32,8 +34,16 @@ def three_way_split(ratings: Ratings, seed: int = 0) -> tuple[Ratings, Ratings, 
     train, valid = random_split(rest, test_fraction=1 / 9, seed=seed + 1)
     return train, valid, test
 
+# %% ../../nbs/11_compare.ipynb #5045dc40
+class Rows(tuple):
+    "A tuple of rows that shows as its name: a signature reads `contenders=CONTENDERS`, not the whole list."
+    def __new__(cls, rows, name: str):
+        t = super().__new__(cls, rows); t.name = name; return t
+    def __repr__(self): return self.name
+    def __reduce__(self): return (Rows, (tuple(self), self.name))
+
 # %% ../../nbs/11_compare.ipynb #d7aca89a
-CONTENDERS = contenders()            # the cards' rows with a unit, in the cards' order
+CONTENDERS = Rows(contenders(), "CONTENDERS")   # the cards' rows with a unit, in the cards' order
 RELEASE_NOTHING = release_nothing()  # (0, 0) per user: the floor is the better of them on validation
 BASELINES = baselines()              # the floor first, then the non-private baselines
 NO_GUARANTEE = no_guarantee()        # the cards' rows without a target ε
@@ -83,6 +93,18 @@ def floor_row(df: pd.DataFrame) -> pd.Series:
     if nothing.empty: raise RuntimeError(f"no release-nothing baseline ran: {df[df.label.isin(RELEASE_NOTHING)].error.tolist()}")
     return nothing.loc[nothing.valid_rmse.idxmin()]
 
+# %% ../../nbs/11_compare.ipynb #51fc1eec
+def needs_features(c: Contender) -> bool:
+    "Whether some grid point of `c` regresses on the public item features (`Mechanism.needs_item_features`)."
+    return any(c.build(None if c.unit == "none" else 1.0, 0, **p).needs_item_features() for p in c.grid)
+
+def runnable(rows, ratings: Ratings) -> tuple[tuple, dict | None]:
+    "(the rows that can run on `ratings`, {'labels': those left out, 'why': ...} or None): rows that need public item features are left out when `ratings` has none they can use."
+    why = missing_features(ratings)
+    out = [c.label for c in rows if why and needs_features(c)]
+    return tuple(c for c in rows if c.label not in out), ({"labels": out, "why": why} if out else None)
+
+
 # %% ../../nbs/11_compare.ipynb #e17f53e3
 def _failed(row: dict, error: str) -> dict:
     "The row (label, mechanism, unit, epsilon of `row`) of a contender that raised: its `error`, and no numbers."
@@ -123,14 +145,17 @@ def compare_epsilons(ratings: Ratings, epsilons=(0.1, 1.0, 10.0), seeds=(0, 1, 2
     """One row per (contender, ε), then the baselines and the mechanisms with no guarantee (ε None), over `splits` random
     80/10/10 splits (seeds `split_seed`, `split_seed` + 2, ...). With `public_tuning`, each contender with a grid has a second
     row whose grid point is chosen on `standin` (default `public_standin(ratings)`). A contender that raises gets a row with
-    its `error`. Every row but the floor carries its margin over the floor with a paired 95 % interval over test users, noise
+    its `error`. Rows that need public item features are left out when `ratings` has none they can use (`runnable`;
+`df.attrs['left_out']` says which and why). Every row but the floor carries its margin over the floor with a paired 95 % interval over test users, noise
     seeds and splits (`margin`, `margin_lo`, `margin_hi`), its test RMSE on each split, and per popularity slice (`slices`).
     `dask`: a `dask.distributed.Client` to run the fits on (None: here, one after another)."""
     splits = check_int("splits", splits, 1)
+    kept, left_out = runnable((*contenders, *BASELINES, *NO_GUARANTEE), ratings)   # no usable item feature: the rows that need one go
+    contenders, rest = tuple(c for c in contenders if c in kept), tuple(c for c in BASELINES + NO_GUARANTEE if c in kept)
     tune_on = three_way_split(standin if standin is not None else public_standin(ratings), 0)[:2] if public_tuning else None
     parts = [three_way_split(ratings, split_seed + 2 * k) for k in range(splits)]
     jobs = [(c, e, pub) for c, pub in _variants(contenders, public_tuning) for e in epsilons] + \
-           [(c, None, False) for c in BASELINES + NO_GUARANTEE]
+           [(c, None, False) for c in rest]
     seeds_of = lambda c: seeds if c.unit != "none" or c.mechanism == "pmf" else seeds[:1]
     def chosen(c, e):                                    # the stand-in's choice, once for every split (None: it raised)
         try: return pick(c, e, *tune_on)[0]
@@ -147,7 +172,7 @@ def compare_epsilons(ratings: Ratings, epsilons=(0.1, 1.0, 10.0), seeds=(0, 1, 2
     slices = [(test, popularity_slices(train, slice_epsilon)) for train, _, test in parts]
     df = pd.DataFrame([_combine(done[i::len(jobs)], slices) for i in range(len(jobs))])
     df["error"] = pd.Series([e if isinstance(e, str) else None for e in df.error], dtype=object)   # None, not NaN, where it ran
-    df.attrs["splits"] = splits
+    df.attrs["splits"], df.attrs["left_out"] = splits, left_out
     floor = floor_row(df)
     def interval(r):
         if isinstance(r.error, str) or r.label == floor.label: return (None, None, None)
@@ -158,7 +183,7 @@ def compare_epsilons(ratings: Ratings, epsilons=(0.1, 1.0, 10.0), seeds=(0, 1, 2
     return df
 
 # %% ../../nbs/11_compare.ipynb #29eeecc2
-USER_CONTENDERS = user_contenders()   # the cards' rows in the comparison over users
+USER_CONTENDERS = Rows(user_contenders(), "USER_CONTENDERS")   # the cards' rows in the comparison over users
 
 def compare_users(sizes=(1000, 4000, 16000), epsilon: float = 1.0, seeds=(0, 1, 2), ratings_per_user: int = 40,
                   n_items: int = 1000, rank: int = 5, contenders=USER_CONTENDERS, progress: bool = True) -> pd.DataFrame:
@@ -221,6 +246,7 @@ def comparison_record(df: pd.DataFrame, users: pd.DataFrame | None = None) -> di
                              "selection": r.selection,
                              "margin": [_r4(r.margin), _r4(r.margin_lo), _r4(r.margin_hi)],
                              "slices": None if r.slices is None else {s: _r4(r.slices[s]) for s in SLICES}} for r in rest.itertuples()}
+    if df.attrs.get("left_out"): rec["left_out"] = df.attrs["left_out"]    # which rows did not run on these ratings, and why
     floor = floor_row(df)
     rec["floor"] = {"label": floor.label, "test_rmse": round(float(floor.test_rmse), 4),
                     "valid_rmse": {r.label: _r4(r.valid_rmse) for r in rest.itertuples() if r.label in RELEASE_NOTHING}}
@@ -305,6 +331,8 @@ def answer(rec: dict, epsilons=(0.1, 1.0, 10.0), meaningful: float = 1.0) -> str
     failed = sorted({label for unit in UNITS for label, r in rec["by_unit"][unit].items() if any(r["error"])})
     out.append(f"Never shown to beat releasing nothing at any ε ≤ {meaningful:g} (the interval above zero): " + "; ".join(never) + ".")
     if failed: out.append("Failed on this data (the table says why): " + "; ".join(failed) + ".")
+    if rec.get("left_out"): out.append(f"Left out on this data: {'; '.join(rec['left_out']['labels'])} (they need public item "
+                                       f"features, and {rec['left_out']['why']}).")
     if "users" in rec:
         cross = {k: v for k, v in rec["users"]["beats_nothing_from"].items()}
         out.append("On synthetic data (item effects and public features; nothing private, so tuned on validation; by the mean over "

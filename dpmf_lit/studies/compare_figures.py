@@ -22,7 +22,8 @@ def _limits(rec: dict) -> tuple[float, float]:
     "y range: the lowest number to a little above the worst baseline that is not PMF (rows above it are drawn at the edge)."
     vals = [v for u in UNITS for r in _drawn(rec, u).values() for v in r["test_rmse"] if v is not None]
     base = [v for v in rec["baselines"].values() if v is not None]
-    worst = max(v for k, v in rec["baselines"].items() if k != "pmf" and v is not None)
+    if not vals + base: return 0.0, 1.0                                  # nothing ran: an empty panel
+    worst = max([v for k, v in rec["baselines"].items() if k != "pmf" and v is not None] or vals + base)
     return min(vals + base) - 0.03, min(max(vals + base) + 0.03, worst + 0.3)
 
 def figure_epsilon(rec: dict):
@@ -53,27 +54,36 @@ def figure_epsilon(rec: dict):
     axes[0].set_ylabel(f"test RMSE (mean ± sd over {rec.get('splits', 1)} splits and the noise seeds)")
     return fig
 
+def _slice_rows(rec: dict, unit: str, e: float) -> list:
+    "(label, test RMSE per slice, NaN for a slice without test ratings) of the bars at ε = `e`: the covered rows that ran, then the baselines; a row without a number left out."
+    rows = [(label, [r["slices"][s][r["epsilons"].index(e)] for s in SLICES]) for label, r in rec["by_unit"][unit].items()
+            if covered(r) and not r["error"][r["epsilons"].index(e)]]
+    rows += [(f"{b} ({'releases nothing' if b in RELEASE_NOTHING else 'non-private'})", [rec["rest"][b]["slices"][s] for s in SLICES])
+             for b in rec["baselines"] if b != "global-mean" and rec["rest"][b]["slices"]]
+    return [(label, [np.nan if v is None else v for v in ys]) for label, ys in rows if any(v is not None for v in ys)]
+
 def figure_slices(rec: dict, unit: str = "user", epsilons=(1.0, 10.0)):
     "Figure 3 from a comparison record: test RMSE by popularity slice, one panel per ε, the end-to-end rows whose ε covers their tuning beside the baselines."
     import matplotlib.pyplot as plt
     eps = [e for e in epsilons if e in rec["epsilons"]] or rec["epsilons"][-1:]   # else the largest ε run
     fig, axes = plt.subplots(1, len(eps), figsize=(6.2 * len(eps), 4.6), sharey=True, layout="constrained", squeeze=False)
     for ax, e in zip(axes[0], eps):
-        rows = [(label, [r["slices"][s][r["epsilons"].index(e)] for s in SLICES]) for label, r in rec["by_unit"][unit].items()
-                if covered(r) and not r["error"][r["epsilons"].index(e)] and r["slices"][SLICES[0]][r["epsilons"].index(e)] is not None]
-        rows += [(f"{b} ({'releases nothing' if b in RELEASE_NOTHING else 'non-private'})", [rec["rest"][b]["slices"][s] for s in SLICES])
-                 for b in rec["baselines"] if b != "global-mean" and rec["rest"][b]["slices"]]
-        w = 0.8 / len(rows)
+        rows = _slice_rows(rec, unit, e)
+        w = 0.8 / max(len(rows), 1)
         for k, (label, ys) in enumerate(rows):
             base = label.split(" (")[0] in RELEASE_NOTHING
             ax.bar(np.arange(len(SLICES)) + (k - (len(rows) - 1) / 2) * w, ys, w, label=label,
                    color="k" if base and label.startswith(rec["floor"]["label"]) else "0.55" if base else f"C{k % 10}",
                    hatch="//" if "non-private" in label else None, edgecolor="w", lw=0.3)
-        ax.set_xticks(range(len(SLICES)), SLICES); ax.set_xlabel("items by popularity, each slice a third of the DP counts")
+        none = [all(np.isnan(ys[k]) for _, ys in rows) for k in range(len(SLICES))]   # a slice without test ratings (tiny data)
+        ax.set_xticks(range(len(SLICES)), [s + ("\n(no test rating)" if n else "") for s, n in zip(SLICES, none)])
+        ax.set_xlabel("items by popularity, each slice a third of the DP counts")
         ax.set_title(f"ε = {e:g} per {unit}", fontsize=10); ax.grid(axis="y", alpha=0.3)
-        vals = [v for _, ys in rows for v in ys if v is not None]
-        ax.set_ylim(min(vals) - 0.05, max(vals) + 0.03)
-    axes[0][0].set_ylabel("test RMSE"); axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+        vals = [v for _, ys in rows for v in ys if not np.isnan(v)]
+        if vals: ax.set_ylim(min(vals) - 0.05, max(vals) + 0.03)
+        else: ax.text(0.5, 0.5, "no row has a test rating in any slice", transform=ax.transAxes, ha="center")
+    axes[0][0].set_ylabel("test RMSE")
+    if axes[0][-1].get_legend_handles_labels()[0]: axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     fig.suptitle("Where DP loses: items by popularity (slices by DP counts)", fontsize=10)
     return fig
 

@@ -65,15 +65,27 @@ def _shapes(model) -> dict:
     return {**{k: None if a is None else a.shape for k, a in arrays.items()},
             "item_ids": None if model.item_ids is None else np.asarray(model.item_ids).tolist()}
 
+def _refuses_without_features(cls, params: dict, tau: int, seed: int, reading: Reading) -> Reading:
+    "`reading`, with a problem unless `cls` refuses the loader's ratings read without their item file for want of item features."
+    with tempfile.TemporaryDirectory() as tmp:
+        D = loader_pairs(Path(tmp), tau, seed, item_file=False)[0][1]
+        try: cls(**params).fit(D); said = ""
+        except ValueError as e: said = str(e)
+    if "needs public item features" not in said:
+        reading.problems.append(f"without the item file: {'fitted' if not said else 'refused: ' + said}, not refused for want of item features")
+    return reading
+
 def read_loader(name: str, params: dict | None = None, seeds=(0, 1), item_file: bool = True) -> Reading:
     """`name` on the loader's pairs (`loader_pairs`, MovieLens 100K files read by `load_dataset`), D′ replaying D's
     releases. With the item file (a declared catalogue) every released array keeps its shape and ids and the loss stays
     within the claim; without it (the catalogue read from the data) the headline must be conditional on the catalogue.
-    Under add/remove the 'removed' pair changes the roster: the headline must be conditional on it."""
+    Under add/remove the 'removed' pair changes the roster: the headline must be conditional on it. A mechanism that needs
+    the item features must refuse ratings without them: nothing is released, and any fit is a problem."""
     cls = get_mechanism(name); params = dict(params or {})
     tau = int(params.get("max_ratings", 3))
     notion = getattr(cls(**params), "neighbouring", "replace")
     reading = Reading(cls.name, {**params, "item_file": item_file}, math.nan)
+    if not item_file and cls(**params).needs_item_features(): return _refuses_without_features(cls, params, tau, seeds[0], reading)
     with tempfile.TemporaryDirectory() as tmp:
         for s in seeds:
             mech = cls(**params, **({"seed": s} if "seed" in cls.parameter_names() else {}))
