@@ -414,7 +414,7 @@ def audit_table(rec: dict) -> pd.DataFrame:
 
 def figure_audit(rec: dict):
     "Claimed ε against audited ε̂ (filled: honest; open: the first control caught, or the last run; dash: the ceiling), the line ε̂ = ε."
-    fig, ax = plt.subplots(figsize=(6.2, 4.6))
+    fig, ax = plt.subplots(figsize=(8.4, 4.6), layout="constrained")
     top = max(max(r["claimed"], r["honest"]["epsilon"], *(c["epsilon"] for c in r["controls"].values())) for r in rec.values())
     ax.plot([1e-2, 2 * top], [1e-2, 2 * top], color="0.6", lw=1, label="ε̂ = ε (audit meets the claim)")
     for k, (label, r) in enumerate(rec.items()):
@@ -422,9 +422,9 @@ def figure_audit(rec: dict):
         ax.scatter(r["claimed"], max(r["honest"]["epsilon"], 1e-2), color=c, s=40, label=label, zorder=3)
         ax.scatter(r["claimed"], max(ctl[1]["epsilon"], 1e-2), facecolor="none", edgecolor=c, s=60, zorder=3)
         if r.get("ceiling") is not None: ax.scatter(r["claimed"], max(r["ceiling"], 1e-2), marker="_", color=c, s=160, zorder=3)
-    ax.set(xscale="log", yscale="log", xlabel="claimed ε", ylabel="audited ε̂ (95 % lower bound)",
-           title="Filled: honest run; open: its control (noise/2 or /4); dash: the ideal test's ceiling")
-    ax.legend(fontsize=7, ncol=2, loc="upper left"); fig.tight_layout()
+    ax.set(xscale="log", yscale="log", xlabel="claimed ε", ylabel="audited ε̂ (95 % lower bound)")
+    ax.set_title("Filled: honest run; open: its control (noise/2 or /4);\ndash: the ideal test's ceiling", fontsize=9)
+    fig.legend(fontsize=7, loc="outside right upper")  # beside the axes: a legend inside covers points
     return fig
 
 # %% ../../nbs/12_audit.ipynb #da577223
