@@ -195,8 +195,11 @@ def _local_refs(html: str) -> list:
 @pytest.mark.slow
 @pytest.mark.timeout(SITE_BUILD_LIMIT)
 def test_preview_pages_are_offline_without_front_matter_and_linked(preview_dir):
-    pages = sorted(preview_dir.rglob("*.html"))
+    pages, aliases = _pages(preview_dir), _aliases(preview_dir)
     assert len(pages) == len(PAGES)
+    for alias, to in aliases.items():     # a page's address read off its notebook's name redirects to the page
+        assert (preview_dir / alias).with_suffix(".ipynb").name in PAGES and (preview_dir / to) in pages, (alias, to)
+    assert aliases["11_compare.html"] == "compare.html" and "index.html" not in aliases
     mathjax = preview_dir / "_static" / "mathjax" / "tex-svg-full.js"
     assert mathjax.stat().st_size > 1_000_000                              # MathJax itself, not a stub
     for page in pages:
@@ -208,6 +211,18 @@ def test_preview_pages_are_offline_without_front_matter_and_linked(preview_dir):
         assert html.count('<nav class="preview-sidebar">') == 1 and html.count('<li class="current">') == 1, name
         missing = [r for r in _local_refs(html) if not (page.parent / r).exists()]
         assert not missing, f"{name}: links or images that do not resolve: {missing}"
+
+
+_REFRESH = re.compile(r'<meta http-equiv="refresh" content="0; url=([^"]+)">')
+
+def _pages(preview_dir: Path) -> list:
+    "The preview's pages, without the redirects from the notebooks' own names."
+    return sorted(p for p in preview_dir.rglob("*.html") if not _REFRESH.search(p.read_text(encoding="utf-8")))
+
+def _aliases(preview_dir: Path) -> dict:
+    "Each redirect page of the preview -> the page it sends the reader to."
+    found = {p.relative_to(preview_dir).as_posix(): _REFRESH.search(p.read_text(encoding="utf-8")) for p in preview_dir.rglob("*.html")}
+    return {k: m.group(1) for k, m in found.items() if m}
 
 
 def _chromium_or_skip():
@@ -231,7 +246,7 @@ def test_preview_typesets_math_and_loads_every_figure_in_a_browser(preview_dir, 
     no content past its box, text outputs that break lines only between words, no prompts, every table a table,
     signatures without quoted annotations, and on each paper's page the code of each of its formula cells."""
     _chromium_or_skip()
-    pages = sorted(preview_dir.rglob("*.html"))
+    pages = _pages(preview_dir)
     formulas = formula_code(proc)
     assert len(formulas["dpals.html"]) >= 5 and sum(map(len, formulas.values())) >= 30, formulas
     with ThreadPoolExecutor(2) as pool:

@@ -12,9 +12,9 @@ from pathlib import Path
 from ..core.checks import UserError, atomic_write
 
 # %% auto #0
-__all__ = ['README_NOTE', 'process_site', 'show_doc_renderer', 'check_site', 'formula_cells', 'shows_source', 'mathjax_dir',
-           'preview', 'find_chromium', 'browser_status', 'page_problems', 'build_docs', 'readme_text', 'write_readme',
-           'ListEveryModule', 'main']
+__all__ = ['README_NOTE', 'process_site', 'show_doc_renderer', 'notebook_aliases', 'add_aliases', 'check_site', 'formula_cells',
+           'shows_source', 'mathjax_dir', 'preview', 'find_chromium', 'browser_status', 'page_problems', 'build_docs',
+           'readme_text', 'write_readme', 'ListEveryModule', 'main']
 
 # %% ../../nbs/94_site.ipynb #d2420a9a
 _BUILD_PARTS = ("_proc", "_docs", "_site", "pyproject.toml")
@@ -58,6 +58,7 @@ def process_site(force: bool = False,  # reprocess every notebook, not only the 
     proc = cfg.config_path / "_proc"
     figures = cfg.config_path / "figures"
     if figures.is_dir(): shutil.copytree(figures, proc / "figures", dirs_exist_ok=True)
+    add_aliases(proc)
     return proc
 
 # %% ../../nbs/94_site.ipynb #5751c70d
@@ -95,6 +96,29 @@ def _front_matter(cells) -> dict:
     raw = [c for c in cells[:2] if _is_front_matter(c)]
     if not raw: return {}
     return yaml.safe_load("".join(raw[0]["source"]).strip().strip("-")) or {}
+
+# %% ../../nbs/94_site.ipynb #dd518292
+def notebook_aliases(proc: Path) -> dict:
+    "Each processed notebook's page (nbdev's `output-file`, number prefix stripped) -> the address named as the notebook (`11_compare.html`), where they differ."
+    out = {}
+    for p in sorted(proc.rglob("*.ipynb")):
+        if any(o.startswith(".") for o in p.relative_to(proc).parts): continue
+        fm = _front_matter(json.loads(p.read_text(encoding="utf-8"))["cells"])
+        page, alias = fm.get("output-file"), p.with_suffix(".html").name
+        if page and page != alias: out[(p.parent / page).relative_to(proc).as_posix()] = (p.parent / alias).relative_to(proc).as_posix()
+    return out
+
+def add_aliases(proc: Path):
+    "Give each page whose name differs from its notebook's Quarto's `aliases` (a redirect from `11_compare.html` to `compare.html`)."
+    for p in sorted(proc.rglob("*.ipynb")):
+        if any(o.startswith(".") for o in p.relative_to(proc).parts): continue
+        d = json.loads(p.read_text(encoding="utf-8"))
+        fm = _front_matter(d["cells"])
+        if not fm.get("output-file") or fm["output-file"] == p.with_suffix(".html").name or "aliases" in fm: continue
+        cell = next(c for c in d["cells"][:2] if _is_front_matter(c))
+        text = "".join(cell["source"]).rstrip()
+        cell["source"] = text[: text.rfind("---")].rstrip("\n") + f"\naliases: [{p.with_suffix('.html').name}]\n---\n"
+        p.write_text(json.dumps(d, indent=1, ensure_ascii=False), encoding="utf-8")
 
 # %% ../../nbs/94_site.ipynb #6ea815b9
 def _sidebar_pages(proc: Path) -> list[str]:
@@ -341,6 +365,14 @@ def preview(out_dir: str | Path = "site-preview",  # folder the pages are writte
     shutil.copy2(mathjax / _MATHJAX, static / _MATHJAX)
     if (mathjax.parent / "LICENSE").exists(): shutil.copy2(mathjax.parent / "LICENSE", static / "LICENSE")
     if (proc / "figures").is_dir(): shutil.copytree(proc / "figures", out / "figures", dirs_exist_ok=True)
+    taken = set(names.values())
+    for page, alias in notebook_aliases(proc).items():   # what Quarto's `aliases` writes: the notebook's name redirects to its page
+        if alias in taken: continue
+        to = Path(page).name
+        (out / alias).parent.mkdir(parents=True, exist_ok=True)
+        (out / alias).write_text(f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(to)}</title>'
+                                 f'<meta http-equiv="refresh" content="0; url={html.escape(to)}"></head>'
+                                 f'<body><a href="{html.escape(to)}">{html.escape(to)}</a></body></html>', encoding="utf-8")
     return out / "index.html"
 
 # %% ../../nbs/94_site.ipynb #02aa79f1
