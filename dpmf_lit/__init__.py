@@ -14,6 +14,7 @@ Modules:
 - `dpmf_lit.core.machine`: What the machine can do, measured in the process that runs the engines: caches, memory bandwidth, random row access, the compute ceiling of its cores, and its load.
 - `dpmf_lit.core.metrics`: Root mean squared error and mean absolute error, the empirical CDF of the absolute errors and the mean increase of the error over a baseline: the numbers that score every fit, on arrays alone.
 - `dpmf_lit.core.privacy`: Noise samplers, the Laplace, Gaussian and analytic-Gaussian mechanisms, L2-Laplace noise, Rényi-DP and PLD accounting, and a small accountant that writes the privacy report.
+- `dpmf_lit.core.ranking`: Recall@k and NDCG@k of a top-k list against each user's held-out items, the history excluded from the candidates: the numbers of the ranking task with new users (Liang et al. 2018), on arrays alone.
 - `dpmf_lit.core.settings`: The reproduction's own settings: where data, figures and build outputs live, which profile the batch runs, how many jobs, and where each data set comes from.
 - `dpmf_lit.core.stats`: The tests every paper's checks share: a sample against its law, independence, uniformity on Z_P, and exact binomial bounds for audits.
 - `dpmf_lit.data.datasets`: Data sets by name: where `settings.ini` says each one lives, fetching MovieLens 100K (GroupLens or the RecBole wheel on PyPI), verifying count and checksum, and loading, with the public item features each one ships; a ratings file of one's own, by its path, through the same `load_dataset`.
