@@ -206,10 +206,13 @@ def test_dpmf_compare_on_a_movielens_file_it_never_saw_writes_apart(tmp_path):
     out = json.loads(p.stdout)
     rows = out["user"]
     assert rows["dp-bias"]["error"] == [None] and rows["dp-bias"]["test_rmse"][0] > 0
-    needs = {label for u in ("user", "rating") for label, r in out[u].items() if r["selection"] is None}   # failed rows
-    assert needs == {"dpals + CMF (Curmei et al.)", "dpals + local features, α tuned (ours)", "dpals + CMF (Curmei et al.) [public tuning]",
-                     "dpals + local features, α tuned (ours) [public tuning]"}, needs     # a .dat file has no item features:
-    assert all("needs public item features" in out[u][label]["error"][0] for u in ("user", "rating") for label in needs)   # refused, said
+    failed = {label for u in ("user", "rating") for label, r in out[u].items() if r["selection"] is None}
+    assert failed == set(), failed                 # none failed: a .dat file has no item features, so the rows needing them were left out
+    left = set(out["left_out"]["labels"])
+    assert left == {"dpals + CMF (Curmei et al.)", "dpals + local features, α tuned (ours)", "dp-bias + features",
+                    "dp-bias + features + prior (ours)", "user-features"}, left        # with their [public tuning] twins
+    shown = {label.split(" [")[0] for u in ("user", "rating") for label in out[u]} | set(out["baselines"]) | set(out["no_guarantee"])
+    assert out["left_out"]["why"] and not left & shown, out["left_out"]   # said, and not run
     assert {r["selection"] for u in ("user", "rating") for r in out[u].values()} - {None} == {"validation", "public", "none"}
     assert "dp-bias [public tuning]" in rows
     assert all(r["margin_lo"][0] <= r["margin"][0] <= r["margin_hi"][0] for r in rows.values() if not r["error"][0])

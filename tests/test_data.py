@@ -1028,7 +1028,7 @@ def test_load_dataset_on_a_declared_catalogue(tmp_path):
     with pytest.raises(ValueError, match="catalogue='/nonexistent/c.txt' cannot be read"): load_dataset(f, catalogue="/nonexistent/c.txt")
 
 
-# ---------------------------------------------------------------- nothing read silently (issue 48's fuzz)
+# ---------------------------------------------------------------- nothing read silently (cases of .ci/fuzz-cli)
 
 BODY = "".join(f"u{u},i{i},{(u * i) % 5 + 1}\n" for u in range(6) for i in range(4))   # header-less; u1 and i1 occur
 SILENT_READS = [   # (file text, the refusal): each was read silently or stopped with an internal error before

@@ -10,7 +10,7 @@ __all__ = ['FILE_OPTIONS', 'RECORD', 'COMPARE_FILES', 'NOT_COVERED_STUDY', 'Lazy
            'cmd_compare', 'compare_parser', 'cmd_audit', 'audit_parser']
 
 # %% ../../nbs/93a_cli_commands.ipynb #3978baf6
-import argparse, contextlib, importlib, json, os, shutil, sys, tempfile
+import argparse, contextlib, importlib, json, os, secrets, shutil, sys, tempfile
 from pathlib import Path
 
 # %% ../../nbs/93a_cli_commands.ipynb #68d92c86
@@ -106,15 +106,20 @@ def check_out(out: Path,   # the folder a run would write
     return out
 
 # %% ../../nbs/93a_cli_commands.ipynb #0919ca46
+def _new_folder(parent: Path, prefix: str) -> Path:
+    "A folder of a new random name in `parent`, made by mkdir: its mode is what the user's umask gives any folder they make."
+    while True:
+        tmp = parent / f"{prefix}{secrets.token_hex(6)}"
+        try: tmp.mkdir(); return tmp
+        except FileExistsError: continue
+
 @contextlib.contextmanager
 def staging(out: Path):
     "A new folder beside `out` for the run to write into (`out`'s missing parents created); on failure it goes, and the parents it created."
-    from dpmf_lit.core.checks import _umask                             # numpy: imported when a run writes, not at start-up
     made = [p for p in Path(out).parents if not p.exists()]              # the deepest first
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    tmp, done = Path(tempfile.mkdtemp(prefix=f".{Path(out).name}.tmp-", dir=Path(out).parent)), False
+    tmp, done = _new_folder(Path(out).parent, f".{Path(out).name}.tmp-"), False
     try:
-        os.chmod(tmp, 0o777 & ~_umask())                                 # as mkdir would make it
         yield tmp
         done = True
     finally:
