@@ -6,15 +6,14 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/splits.html.md"""
 
 # %% ../../nbs/00b_splits.ipynb #75edeac2
 from __future__ import annotations
-from dataclasses import dataclass, replace
 from typing import Iterator
 import numpy as np
-from ..core.checks import check_choice, check_float, check_fraction, check_int, generator
+from ..core.checks import check_choice, check_fraction, check_int, generator
 from .ratings import Ratings
 
 # %% auto #0
 __all__ = ['reindex', 'filter_counts', 'netflix_subset', 'subsample', 'random_split', 'kfold', 'holdout_per_user',
-           'public_private_users', 'binarize', 'NewUserSplit', 'new_user_split']
+           'public_private_users']
 
 # %% ../../nbs/00b_splits.ipynb #6399971e
 def _check_ratings(r):
@@ -179,68 +178,3 @@ def public_private_users(r: Ratings,
     public = np.zeros(r.n_users, bool); public[ranked[:n_pub]] = True
     mask = public[r.user]
     return r.take(mask, f"{r.name}/public"), r.take(~mask, f"{r.name}/private")
-
-# %% ../../nbs/00b_splits.ipynb #5b202f15
-def binarize(r: Ratings,
-             threshold: float = 3.5,   # a rating above this is a positive; the others are dropped
-             ) -> Ratings:
-    "Implicit feedback from ratings: the (user, item) pairs rated above `threshold`, each a 1 on the scale [0, 1]."
-    _check_ratings(r)
-    threshold = check_float("threshold", threshold)
-    if not r.rating_min <= threshold < r.rating_max:
-        raise ValueError(f"threshold={threshold:g} must lie in [{r.rating_min:g}, {r.rating_max:g}) of {r.name!r}'s scale, or nothing or everything is a positive")
-    keep = r.rating > threshold
-    out = r.take(keep, f"{r.name}/>{threshold:g}")
-    return replace(out, rating=np.ones(len(out), np.float32), rating_min=0.0, rating_max=1.0)
-
-# %% ../../nbs/00b_splits.ipynb #7a1bc880
-@dataclass(frozen=True)
-class NewUserSplit:
-    "Training users' ratings; validation and test users' (history, targets): every part on the input's codes."
-    train: Ratings
-    validation_history: Ratings
-    validation_targets: Ratings
-    test_history: Ratings
-    test_targets: Ratings
-    candidates: str            # 'catalogue' (every item code) or 'train' (items some training user rated: not public)
-
-    def __repr__(self):
-        n = lambda x: len(np.unique(x.user))
-        return (f"NewUserSplit({n(self.train):,} training users, {len(self.train):,} ratings; validation {n(self.validation_history):,} "
-                f"users, {len(self.validation_history):,} + {len(self.validation_targets):,}; test {n(self.test_history):,} users, "
-                f"{len(self.test_history):,} + {len(self.test_targets):,}; candidates: {self.candidates})")
-
-def new_user_split(r: Ratings,
-                   n_heldout: int,                  # users held out for validation, and as many for test
-                   target_fraction: float = 0.2,    # share of a held-out user's items that are targets (rounded down)
-                   min_user: int = 5,               # users with fewer ratings are dropped (Liang et al.: 5 positives)
-                   candidates: str = "catalogue",   # 'catalogue': every item code; 'train': items a training user rated (Liang et al.)
-                   seed: int = 0,                   # seed of the users held out and of each one's targets
-                   ) -> NewUserSplit:
-    "Liang et al. (2018)'s split: training users, and validation and test users whose items split into history and targets."
-    _check_ratings(r)
-    n_heldout, min_user = check_int("n_heldout", n_heldout, 1), check_int("min_user", min_user, 1)
-    target_fraction = check_fraction("target_fraction", target_fraction)
-    candidates = check_choice("candidates", candidates, ("catalogue", "train"))
-    rng = generator(seed)
-    counts = np.bincount(r.user, minlength=r.n_users)
-    kept = np.flatnonzero(counts >= min_user)
-    if 2 * n_heldout >= kept.size:
-        raise ValueError(f"n_heldout={n_heldout}: holding out {2 * n_heldout} users leaves none to train on "
-                         f"({r.name!r} has fewer than {2 * n_heldout + 1} users with {min_user}+ ratings)")
-    users = kept[rng.permutation(kept.size)]
-    role = np.full(r.n_users, -1, np.int8)            # -1 dropped, 0 train, 1 validation, 2 test
-    role[users[:-2 * n_heldout]], role[users[-2 * n_heldout:-n_heldout]], role[users[-n_heldout:]] = 0, 1, 2
-    of = role[r.user]
-    if candidates == "train":                         # Liang et al.: a held-out user's items outside training's are dropped first
-        seen = np.zeros(r.n_items, bool); seen[r.item[of == 0]] = True
-        of = np.where((of == 0) | seen[r.item], of, -1)
-    n_u = np.bincount(r.user[of >= 0], minlength=r.n_users)
-    order = np.lexsort((rng.random(len(r)), of < 0, r.user))   # by user, kept ratings first, random within
-    start = np.concatenate([[0], np.cumsum(np.bincount(r.user, minlength=r.n_users))[:-1]])
-    rank = np.empty(len(r), np.int64)
-    rank[order] = np.arange(len(r)) - start[r.user[order]]
-    target = (of >= 1) & (rank < np.floor(target_fraction * n_u[r.user]))   # rounded down: fewer than 5 items, no target
-    part = lambda m, what: r.take(m, f"{r.name}/{what}")
-    return NewUserSplit(part(of == 0, "train"), part((of == 1) & ~target, "validation-history"), part((of == 1) & target, "validation-targets"),
-                        part((of == 2) & ~target, "test-history"), part((of == 2) & target, "test-targets"), candidates)
