@@ -33,6 +33,7 @@ Modules:
 - `dpmf_lit.model.vocabulary`: Every parameter name a mechanism may declare, with its one meaning; the table of every mechanism's parameters, and each paper's symbols against them.
 - `dpmf_lit.papers.baselines`: What every private recommender must beat: the global mean, each user's own mean computed on the user's device, item means, global + user + item biases, and those biases with user-level differential privacy from one Gaussian release of item sums and counts.
 - `dpmf_lit.papers.dpals`: Chien et al. (2021): each user solves their own profile on their device; the items solve from Gaussian-noised sufficient statistics; user-level joint differential privacy, composed over the rounds
+- `dpmf_lit.papers.dpals_implicit`: Chien et al. (2021)'s private alternating least squares on positives only: every item is pulled towards 0 through a global Gram released beside the per-item statistics, each user's row is solved on their device; and the release it must beat, noisy item counts.
 - `dpmf_lit.papers.fixed_point`: Encoding reals as residues mod $P$ so that masked sums decode exactly: the arithmetic of Hua et al.'s (2015) masked aggregation.
 - `dpmf_lit.papers.gauss`: Alternating gradient descent with Gaussian noise on the user-profile gradient and Rényi-DP accounting, reproduced, checked and tightened.
 - `dpmf_lit.papers.hua`: Plain MF for U, then a perturbed least-squares problem for V with U fixed: the closed form, the paper's gradient descent, the privacy proof worked twice, and where it holds.
@@ -57,6 +58,7 @@ Modules:
 - `dpmf_lit.studies.meter_others`: One posterior sample, local responses, noisy gradient steps, noise shares and DPALS's worst case: each guarantee's loss read through the package's own code, against its claim.
 - `dpmf_lit.studies.meter_public`: Neighbours built through the package's own loader — an item that loses its only rater, a user whose rating count and rows move, a user removed — and the checks that only such pairs can make: the shape and ids of every released array, the public stand-in and the data each [public tuning] row is chosen on, and one random stream per use.
 - `dpmf_lit.studies.mutants`: Privacy bugs — noise halved, a clip removed, trimming ignored, a sensitivity under-counted, a seed reused, a release left out, a count printed — written into the package's own source one at a time; the privacy meter must kill every one, and the fast test lane fails unless it does.
+- `dpmf_lit.studies.ranking`: Recall@20 and NDCG@20 of every ranking release at equal ε per user, each held-out user folding in on their device, against the best ranker that releases nothing; with paired intervals over users, seeds and splits, and the ranking mechanisms' privacy loss metered through their own code path.
 - `dpmf_lit.studies.reference_engines`: The two libraries the benchmark measures against, each timed as a whole fit and run in a child process that cannot stop the benchmark."""
 
 __version__ = "0.0.1"

@@ -211,6 +211,65 @@ def _compare_own(args, settings, profile: str) -> int:
     _print_compare(rec, args, f"record and figures of this run: {out} (the committed record, {settings.results_file}, is untouched)", out)
     return 0
 
+def _ranking_run(args, settings, profile: str, entry) -> tuple[dict, Path]:
+    "A ranking comparison other than the committed one, run here and written under build/compare-ranking/<name>/ (or --out)."
+    from dpmf_lit.records.experiment import load_data, save_figure, to_jsonable
+    from dpmf_lit.model.mechanism import heartbeat
+    from dpmf_lit.studies.ranking import compare_ranking, ranking_figure, ranking_record
+    from dpmf_lit.core.checks import atomic_write
+    from dpmf_lit.records.provenance import git_revision, package_dir
+    spec, params = entry.setting(profile)
+    epsilons = tuple(args.epsilons or params["epsilons"])
+    seeds = tuple(range(args.seeds)) if args.seeds else tuple(params["seeds"])
+    if args.force: raise ValueError("--force reruns the committed comparison; a run of its own (--dataset, --profile, ...) always runs")
+    if args.dataset is not None and not args.dataset.strip(): raise ValueError(f"--dataset {args.dataset!r} names no data set or file")
+    dirty = (git_revision(settings.root, [package_dir()]) or "").endswith("-dirty")
+    what = "--out" if args.out else "the output folder"
+    out = check_out(Path(args.out) if args.out else settings.build_dir / "compare-ranking" / _own_name(args, profile, dirty), what)
+    with heartbeat("loading the data", not args.no_progress and sys.stderr.isatty()):
+        ratings = load_data(args.dataset.strip() if args.dataset else spec, settings, args.format, file_options(args) or None,
+                            args.item_features, args.item_format, args.catalogue)
+    df = compare_ranking(ratings, epsilons, seeds, params["n_heldout"], args.splits or params.get("splits", 1), params.get("seed", 0),
+                         progress=not args.no_progress)
+    rec = {"seeds": list(seeds), "git_revision": git_revision(settings.root, [package_dir()]), **ranking_record(df)}
+    with staging(out) as tmp:
+        save_figure(ranking_figure(rec), tmp, "compare_ranking")
+        atomic_write(tmp / RECORD, json.dumps(to_jsonable(rec), indent=1, sort_keys=True) + "\n")
+        publish(tmp, out, what)
+    return rec, out
+
+def _compare_ranking(args, settings, profile: str) -> int:
+    "`dpmf compare --task ranking`: the committed ranking comparison (entry compare-ranking) or a run of its own, as for RMSE."
+    from dpmf_lit.records.provenance import COMMITTED_PROFILE, load_manifest, load_results, stale_reason
+    from dpmf_lit.records.results import load_record
+    from dpmf_lit.batch.reproduce import reproduce
+    from dpmf_lit.studies.ranking import ranking_table
+    for flag in ("unit", "dask"):
+        if getattr(args, flag, None) is not None: raise ValueError(f"--{flag} applies to the RMSE comparison, not to --task ranking")
+    entry = next(e for e in load_manifest(None, settings) if e.id == "compare-ranking")
+    own = (args.dataset is not None or args.epsilons or args.seeds or args.splits or args.out or args.item_features or args.catalogue
+           or args.allow_dirty or profile != COMMITTED_PROFILE)
+    if own:
+        rec, out = _ranking_run(args, settings, profile, entry)
+        where = f"record and figure of this run: {out} (the committed record, {settings.results_file}, is untouched)"
+    else:
+        why = stale_reason(entry, profile, settings, load_results(settings.results_file), here=False)
+        if why is None and not args.force:
+            print(f"dpmf compare: the committed record in {settings.results_file} is current: shown, not recomputed (--force reruns it)", file=sys.stderr)
+        else:
+            summary = reproduce(profile=profile, only="compare-ranking", force=True, jobs=1, settings=settings, progress=not args.no_progress)
+            if summary.failed: print(summary); return summary.exit_code
+        rec = load_record("compare-ranking", settings.results_file)["numbers"]
+        where = f"record: {settings.results_file} (entry 'compare-ranking'); figure: {settings.figures_dir / 'compare' / 'compare_ranking.png'}"
+    if args.json:
+        print(json.dumps({**rec, "written_to": where, "not_covered": NOT_COVERED_STUDY}, indent=1)); return 0
+    print(ranking_table(rec)); print()
+    print(f"{rec['test_users']} test users over {rec['splits']} split(s), each new user's row folded in on their device; "
+          "intervals paired by test user (95 %); each row's setting chosen on the validation users.")
+    print(NOT_COVERED_STUDY)
+    print(where)
+    return 0
+
 def cmd_compare(args) -> int:
     """`dpmf compare`: the committed comparison (quick profile, MovieLens 100K) shown from its record when current, rerun by
     the batch otherwise; any other run (`--dataset`, another profile, other settings, `--allow-dirty`) on its own, written apart."""
@@ -219,6 +278,7 @@ def cmd_compare(args) -> int:
     from dpmf_lit.batch.reproduce import reproduce
     settings = settings_from_args(args)
     profile = args.profile or settings.profile
+    if args.task == "ranking": return _compare_ranking(args, settings, profile)
     given = [f"--{k.replace('_', '-')}" for k in ("format", "item_format", *FILE_OPTIONS) if getattr(args, k, None) is not None]
     if given and not args.dataset: raise ValueError(f"{'/'.join(given)} describe a --dataset FILE; given without --dataset")
     own = (args.dataset is not None or args.epsilons or args.seeds or args.splits or args.out or args.dask or args.item_features or args.catalogue
@@ -263,7 +323,10 @@ def compare_parser(sub, common, fmt):
                        epilog="examples:\n  dpmf compare\n  dpmf compare --unit user --json\n"
                               "  dpmf compare --dataset path/to/ratings.dat --epsilons 1,10 --seeds 2 --splits 2\n"
                               "  dpmf compare --dataset my_ratings.csv --scale 1,5 --epsilons 1\n"
-                              "  dpmf compare --profile smoke --unit user")
+                              "  dpmf compare --profile smoke --unit user\n  dpmf compare --task ranking")
+    c.add_argument("--task", choices=("rmse", "ranking"), default="rmse",
+                   help="rmse: rating prediction (the default); ranking: Recall@20 and NDCG@20 of new users on binarized ratings, "
+                        "each folding in on their device (nbs/11c_compare_ranking.ipynb)")
     c.add_argument("--dataset", metavar="NAME|FILE", default=None, help="run on this data set of settings.ini or ratings file (default: the profile's)")
     c.add_argument("--format", choices=LazyChoices("dpmf_lit.data.formats", "FORMATS"), default=None, metavar="FORMAT", help="format of the --dataset file when its extension does not say: %(choices)s")
     add_file_options(c)
