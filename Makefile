@@ -87,6 +87,7 @@ preview: install
 readme: install
 	$(BIN)/python -c 'from dpmf_lit.studies.compare import sync_index; sync_index()'
 	$(BIN)/python -c 'from dpmf_lit.studies.audit import sync_papers_table; sync_papers_table()'
+	$(BIN)/python -c 'from dpmf_lit.studies.ranking import sync_ranking_index; sync_ranking_index()'
 	$(BIN)/python -m dpmf_lit.batch.site --readme
 
 lock:

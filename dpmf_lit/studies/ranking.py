@@ -23,9 +23,10 @@ from ..papers.dpals_implicit import DPPopularity, ImplicitDPALS
 from .meter import Reading, claimed_mu, logged_fit, meter_pairs, release_loss, replay_problems
 
 # %% auto #0
-__all__ = ['FOLD', 'RANKING_ROWS', 'RANKING_METER', 'RANKING_MECHANISMS', 'RankingRow', 'public_side', 'implicit_als',
-           'score_release', 'run_row', 'paired_interval', 'compare_ranking', 'meter_ranking', 'ranking_record',
-           'ranking_table', 'ranking_figure']
+__all__ = ['FOLD', 'RANKING_ROWS', 'RANKING_METER', 'RANKING_MECHANISMS', 'RANKING_HEADING', 'RankingRow', 'public_side',
+           'implicit_als', 'score_release', 'run_row', 'paired_interval', 'compare_ranking', 'meter_ranking',
+           'ranking_record', 'ranking_table', 'ranking_figure', 'ranking_answer', 'ranking_index_block',
+           'sync_ranking_index']
 
 # %% ../../nbs/11c_compare_ranking.ipynb #c11c0005
 @dataclass
@@ -242,3 +243,46 @@ def ranking_figure(rec: dict, metric: str = "recall@20"):
     ax.set_title(f"Ranking new users on {rec['dataset'].split(':')[0]}: {rec['test_users']} test users, {rec['splits']} split(s)", fontsize=10)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5)); fig.tight_layout()
     return fig
+
+# %% ../../nbs/11c_compare_ranking.ipynb #183368d2
+RANKING_HEADING = "## Ranking new users at equal privacy"
+
+def ranking_answer(rec: dict) -> str:
+    "Which mechanisms beat the floor at each ε (interval above zero), and the best one, in words."
+    eps = sorted({r["epsilon"] for r in rec["rows"] if r["epsilon"] is not None})
+    out = []
+    for e in eps:
+        rows = [r for r in rec["rows"] if r["epsilon"] == e]
+        above = [r["label"] for r in rows if r["recall@20 lo"] is not None and r["recall@20 lo"] > 0]
+        best = max(rows, key=lambda r: r["recall@20"])
+        out.append(f"at ε = {e:g}, {', '.join(above) if above else 'none'} beat{'s' if len(above) == 1 else ''} the floor; "
+                   f"the best is {best['label']} ({best['recall@20']:.3f})")
+    return "; ".join(out) + "."
+
+def ranking_index_block(rec: dict) -> str:
+    "The README's ranking section, from the record of the batch entry `compare-ranking`."
+    return "\n".join([RANKING_HEADING, "",
+        f"Recall@20 of {rec['test_users']:,} new test users on {rec['dataset']} binarized (a rating above 3.5 is a positive; "
+        f"{rec['splits']} split(s) of {rec['n_heldout']:,} validation and {rec['n_heldout']:,} test users, as Liang et al. 2018): each new "
+        "user folds in on their device from the released item side and their own history, and ranks the items outside it. "
+        "The floor releases nothing (each user's own fit on the public item features); margins are paired by test user with "
+        "95 % intervals; every row's setting was chosen on the validation users, which its ε does not cover "
+        "([11c_compare_ranking](11c_compare_ranking.ipynb), `dpmf compare --task ranking`). Generated from "
+        "`figures/results.json` by `make readme`.", "", ranking_table(rec), "", "**The answer.** " + ranking_answer(rec).capitalize()])
+
+def sync_ranking_index(index=None, results=None) -> bool:
+    "Write `ranking_index_block` into nbs/index.ipynb, right after the RMSE comparison's block; True when the notebook changed."
+    import json
+    from pathlib import Path
+    from dpmf_lit.records.results import load_record
+    from dpmf_lit.core.settings import load_settings
+    path = Path(index) if index else load_settings().root / "nbs" / "index.ipynb"
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    text, cells = ranking_index_block(load_record("compare-ranking", results)["numbers"]), nb["cells"]
+    at = next((k for k, c in enumerate(cells) if "".join(c["source"]).startswith(RANKING_HEADING)), None)
+    if at is not None and "".join(cells[at]["source"]) == text: return False
+    cell = {"cell_type": "markdown", "id": "c0a1b2c4", "metadata": {}, "source": text.splitlines(True)}
+    if at is not None: cells[at] = cell
+    else: cells.insert(next(k for k, c in enumerate(cells) if c.get("id") == "c0a1b2c3") + 1, cell)
+    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return True
