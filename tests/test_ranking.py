@@ -1,5 +1,6 @@
 """The ranking task (nbs/00j_ranking, 00k_implicit, 01f_fold_in, 10a_dpals_implicit, 11c_compare_ranking): the ranking
 mechanisms pass the meter through their own code path, and every privacy bug written into their source is caught by it."""
+import json, os, subprocess, sys
 import numpy as np
 import pytest
 from dpmf_lit.data.implicit import binarize, new_user_split
@@ -62,3 +63,45 @@ def test_new_users_are_not_trained_on():
     s = new_user_split(binarize(synthetic(n_users=200, n_items=50, n_ratings=4000, seed=2)), n_heldout=20, seed=0)
     held = set(s.test_history.user) | set(s.validation_history.user)
     assert not held & set(s.train.user)
+
+
+def _ml20m_fixture(root, n_users=240, n_items=60, seed=0):
+    "MovieLens 20M's published files (ratings.csv, movies.csv) for a few users, under root/ml-20m/ml-20m/."
+    g = np.random.default_rng(seed)
+    d = root / "ml-20m" / "ml-20m"; d.mkdir(parents=True)
+    lines = ["userId,movieId,rating,timestamp"]
+    for u in range(1, n_users + 1):
+        for m in sorted(g.choice(np.arange(1, n_items + 1), g.integers(20, 40), replace=False, p=None)):
+            lines.append(f"{u},{m},{g.choice([2.5, 3.0, 3.5, 4.0, 4.5, 5.0])},{1100000000 + u}")
+    (d / "ratings.csv").write_text("\n".join(lines) + "\n")
+    genres = ["Action", "Comedy", "Drama", "Romance"]
+    (d / "movies.csv").write_text("movieId,title,genres\n" + "".join(f'{m},"Film {m} ({1980 + m % 30})",{genres[m % 4]}|{genres[(m + 1) % 4]}\n'
+                                                                     for m in range(1, n_items + 1)))
+    return len(lines) - 1
+
+
+def test_ml20m_published_protocol_by_one_command(tmp_path):
+    "`dpmf compare --task ranking --dataset ml-20m` on files in the published format: Liang et al.'s protocol, a record written."
+    n = _ml20m_fixture(tmp_path / "data")
+    env = {**os.environ, "DPMF_DATA_DIR": str(tmp_path / "data"), "DPMF_ML_20M_N_RATINGS": str(n), "TQDM_DISABLE": "1"}
+    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main", "compare", "--task", "ranking", "--dataset", "ml-20m", "--heldout", "20",
+                        "--epsilons", "5", "--seeds", "1", "--out", str(tmp_path / "out"), "--json"],
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "MovieLens 20M as published" in p.stderr
+    rec = json.loads(p.stdout)
+    assert rec["candidates"] == "train" and rec["test_users"] <= 20 and rec["floor"] == "features only, on the device"
+    assert {r["label"] for r in rec["rows"]} >= {"popularity, noisy counts", "dpals-implicit"}
+    assert (tmp_path / "out" / "compare_ranking.png").exists()
+
+
+def test_ml20m_missing_files_say_so_in_one_line(tmp_path):
+    env = {**os.environ, "DPMF_DATA_DIR": str(tmp_path / "data")}
+    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main", "compare", "--task", "ranking", "--dataset", "ml-20m"],
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    assert p.returncode == 2 and p.stderr.count("dpmf: error:") == 1 and "ml-20m.zip" in p.stderr, p.stderr
+
+
+def test_ranking_only_flags_are_refused_for_rmse():
+    p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main", "compare", "--heldout", "5"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and "--heldout applies to --task ranking" in p.stderr, p.stderr

@@ -214,11 +214,19 @@ def _compare_own(args, settings, profile: str) -> int:
 def _ranking_run(args, settings, profile: str, entry) -> tuple[dict, Path]:
     "A ranking comparison other than the committed one, run here and written under build/compare-ranking/<name>/ (or --out)."
     from dpmf_lit.records.experiment import load_data, save_figure, to_jsonable
+    from dpmf_lit.records.provenance import load_manifest
     from dpmf_lit.model.mechanism import heartbeat
     from dpmf_lit.studies.ranking import compare_ranking, ranking_figure, ranking_record
     from dpmf_lit.core.checks import atomic_write
     from dpmf_lit.records.provenance import git_revision, package_dir
     spec, params = entry.setting(profile)
+    published = (args.dataset or "").strip() == "ml-20m"
+    if published:
+        params = next(e for e in load_manifest(None, settings) if e.id == "compare-ranking-ml20m-shape").setting(profile)[1]
+        print("dpmf compare: MovieLens 20M as published (Liang et al. 2018): 10,000 validation and 10,000 test users held out, "
+              "candidates the items some training user rated (the guarantee is then conditional on that item set)", file=sys.stderr)
+    candidates = args.candidates or ("train" if published else "catalogue")
+    n_heldout = args.heldout or params["n_heldout"]
     epsilons = tuple(args.epsilons or params["epsilons"])
     seeds = tuple(range(args.seeds)) if args.seeds else tuple(params["seeds"])
     if args.force: raise ValueError("--force reruns the committed comparison; a run of its own (--dataset, --profile, ...) always runs")
@@ -229,8 +237,8 @@ def _ranking_run(args, settings, profile: str, entry) -> tuple[dict, Path]:
     with heartbeat("loading the data", not args.no_progress and sys.stderr.isatty()):
         ratings = load_data(args.dataset.strip() if args.dataset else spec, settings, args.format, file_options(args) or None,
                             args.item_features, args.item_format, args.catalogue)
-    df = compare_ranking(ratings, epsilons, seeds, params["n_heldout"], args.splits or params.get("splits", 1), params.get("seed", 0),
-                         progress=not args.no_progress)
+    df = compare_ranking(ratings, epsilons, seeds, n_heldout, args.splits or params.get("splits", 1), params.get("seed", 0),
+                         candidates=candidates, progress=not args.no_progress)
     rec = {"seeds": list(seeds), "git_revision": git_revision(settings.root, [package_dir()]), **ranking_record(df)}
     with staging(out) as tmp:
         save_figure(ranking_figure(rec), tmp, "compare_ranking")
@@ -247,8 +255,8 @@ def _compare_ranking(args, settings, profile: str) -> int:
     for flag in ("unit", "dask"):
         if getattr(args, flag, None) is not None: raise ValueError(f"--{flag} applies to the RMSE comparison, not to --task ranking")
     entry = next(e for e in load_manifest(None, settings) if e.id == "compare-ranking")
-    own = (args.dataset is not None or args.epsilons or args.seeds or args.splits or args.out or args.item_features or args.catalogue
-           or args.allow_dirty or profile != COMMITTED_PROFILE)
+    own = (args.dataset is not None or args.heldout or args.candidates or args.epsilons or args.seeds or args.splits or args.out
+           or args.item_features or args.catalogue or args.allow_dirty or profile != COMMITTED_PROFILE)
     if own:
         rec, out = _ranking_run(args, settings, profile, entry)
         where = f"record and figure of this run: {out} (the committed record, {settings.results_file}, is untouched)"
@@ -279,6 +287,8 @@ def cmd_compare(args) -> int:
     settings = settings_from_args(args)
     profile = args.profile or settings.profile
     if args.task == "ranking": return _compare_ranking(args, settings, profile)
+    for flag in ("heldout", "candidates"):
+        if getattr(args, flag, None) is not None: raise ValueError(f"--{flag} applies to --task ranking, not to the RMSE comparison")
     given = [f"--{k.replace('_', '-')}" for k in ("format", "item_format", *FILE_OPTIONS) if getattr(args, k, None) is not None]
     if given and not args.dataset: raise ValueError(f"{'/'.join(given)} describe a --dataset FILE; given without --dataset")
     own = (args.dataset is not None or args.epsilons or args.seeds or args.splits or args.out or args.dask or args.item_features or args.catalogue
@@ -323,10 +333,15 @@ def compare_parser(sub, common, fmt):
                        epilog="examples:\n  dpmf compare\n  dpmf compare --unit user --json\n"
                               "  dpmf compare --dataset path/to/ratings.dat --epsilons 1,10 --seeds 2 --splits 2\n"
                               "  dpmf compare --dataset my_ratings.csv --scale 1,5 --epsilons 1\n"
-                              "  dpmf compare --profile smoke --unit user\n  dpmf compare --task ranking")
+                              "  dpmf compare --profile smoke --unit user\n  dpmf compare --task ranking\n  dpmf compare --task ranking --dataset ml-20m")
     c.add_argument("--task", choices=("rmse", "ranking"), default="rmse",
                    help="rmse: rating prediction (the default); ranking: Recall@20 and NDCG@20 of new users on binarized ratings, "
                         "each folding in on their device (nbs/11c_compare_ranking.ipynb)")
+    c.add_argument("--heldout", type=_positive, default=None, metavar="N",
+                   help="with --task ranking: validation users, and as many test users, held out as new (default: the entry's; 10,000 for ml-20m)")
+    c.add_argument("--candidates", choices=("catalogue", "train"), default=None,
+                   help="with --task ranking: the items a list may hold: the catalogue, or those some training user rated (Liang et al.'s "
+                        "protocol, the default for ml-20m; the guarantee is then conditional on that item set)")
     c.add_argument("--dataset", metavar="NAME|FILE", default=None, help="run on this data set of settings.ini or ratings file (default: the profile's)")
     c.add_argument("--format", choices=LazyChoices("dpmf_lit.data.formats", "FORMATS"), default=None, metavar="FORMAT", help="format of the --dataset file when its extension does not say: %(choices)s")
     add_file_options(c)

@@ -19,6 +19,14 @@ __all__ = ['binarize', 'NewUserSplit', 'new_user_split']
 def _check_ratings(r):
     if not isinstance(r, Ratings): raise ValueError(f"r must be a Ratings object, got {type(r).__name__}")
 
+# %% ../../nbs/00k_implicit.ipynb #796a3e15
+def _on_items(r: Ratings, items) -> Ratings:
+    "`r` re-coded onto `items` (sorted codes, which hold every rating of `r`): their features and ids follow; the catalogue is then read from the data."
+    code = np.full(r.n_items, -1, np.int32); code[items] = np.arange(len(items), dtype=np.int32)
+    ids = items.astype(np.int64) if r.item_ids is None else r.item_ids[items]
+    feats = None if r.item_features is None else r.item_features.take_items(items)
+    return replace(r, item=code[r.item], n_items=len(items), item_ids=ids, item_features=feats, catalogue_source="data")
+
 # %% ../../nbs/00k_implicit.ipynb #5b202f15
 def binarize(r: Ratings,
              threshold: float = 3.5,   # a rating above this is a positive; the others are dropped
@@ -56,7 +64,8 @@ def new_user_split(r: Ratings,
                    candidates: str = "catalogue",   # 'catalogue': every item code; 'train': items a training user rated (Liang et al.)
                    seed: int = 0,                   # seed of the users held out and of each one's targets
                    ) -> NewUserSplit:
-    "Liang et al. (2018)'s split: training users, and validation and test users whose items split into history and targets."
+    """Liang et al. (2018)'s split: training users, and validation and test users whose items split into history and targets;
+    with `candidates='train'`, every part is re-coded onto the items some training user rated (the items a list may hold)."""
     _check_ratings(r)
     n_heldout, min_user = check_int("n_heldout", n_heldout, 1), check_int("min_user", min_user, 1)
     target_fraction = check_fraction("target_fraction", target_fraction)
@@ -81,5 +90,6 @@ def new_user_split(r: Ratings,
     rank[order] = np.arange(len(r)) - start[r.user[order]]
     target = (of >= 1) & (rank < np.floor(target_fraction * n_u[r.user]))   # rounded down: fewer than 5 items, no target
     part = lambda m, what: r.take(m, f"{r.name}/{what}")
+    if candidates == "train": part = lambda m, what: _on_items(r.take(m, f"{r.name}/{what}"), np.flatnonzero(seen))
     return NewUserSplit(part(of == 0, "train"), part((of == 1) & ~target, "validation-history"), part((of == 1) & target, "validation-targets"),
                         part((of == 2) & ~target, "test-history"), part((of == 2) & target, "test-targets"), candidates)

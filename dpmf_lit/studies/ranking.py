@@ -136,6 +136,7 @@ def compare_ranking(ratings: Ratings,            # explicit ratings (binarized h
                     splits: int = 1,             # random new-user splits (seeds split_seed, split_seed + 1, ...)
                     split_seed: int = 0,         # seed of the first split
                     threshold: float = 3.5,      # a rating above it is a positive
+                    candidates: str = "catalogue",  # 'catalogue', or 'train': the items some training user rated (Liang et al.; conditional)
                     rows=RANKING_ROWS,           # the rankers
                     ks=(20, 50),                 # list lengths scored
                     progress: bool = True,       # a progress bar
@@ -143,7 +144,7 @@ def compare_ranking(ratings: Ratings,            # explicit ratings (binarized h
     "One row per (mechanism, ε) and per floor or reference (ε None): Recall@k and NDCG@k on the test users, and the margin over the floor with its interval."
     splits, n_heldout = check_int("splits", splits, 1), check_int("n_heldout", n_heldout, 1)
     pos = ratings if ratings.rating_min == 0.0 and ratings.rating_max == 1.0 and np.all(ratings.rating == 1) else binarize(ratings, threshold)
-    parts = [new_user_split(pos, n_heldout, seed=split_seed + k) for k in range(splits)]
+    parts = [new_user_split(pos, n_heldout, candidates=candidates, seed=split_seed + k) for k in range(splits)]
     jobs = [(r, e) for r in rows if r.kind == "mechanism" for e in epsilons] + [(r, None) for r in rows if r.kind != "mechanism"]
     done = [[run_row(r, e, p, seeds, ks) for p in parts] for r, e in tqdm(jobs, desc="ranking", disable=not progress)]
     out = []
@@ -163,7 +164,8 @@ def compare_ranking(ratings: Ratings,            # explicit ratings (binarized h
         df[[f"{m} margin", f"{m} lo", f"{m} hi"]] = [paired_interval(r[f"{m} by user"], floor[f"{m} by user"]) if r.label != floor.label
                                                        else (None, None, None) for _, r in df.iterrows()]
     df.attrs.update(floor=floor.label, users=int(len(floor["recall@20 by user"])), splits=splits, n_heldout=n_heldout,
-                    features=ratings.item_features is not None, positives=len(pos), name=ratings.name)
+                    features=ratings.item_features is not None, positives=len(pos), name=ratings.name,
+                    candidates=candidates)
     return df
 
 # %% ../../nbs/11c_compare_ranking.ipynb #c11c0015
@@ -208,7 +210,7 @@ def ranking_record(df: pd.DataFrame) -> dict:
             row[key] = [r4(x) for x in v] if isinstance(v, list) else r4(v)
         rows.append(row)
     return dict(dataset=df.attrs["name"], floor=df.attrs["floor"], test_users=df.attrs["users"], splits=df.attrs["splits"],
-                n_heldout=df.attrs["n_heldout"], positives=df.attrs["positives"], rows=rows)
+                n_heldout=df.attrs["n_heldout"], positives=df.attrs["positives"], candidates=df.attrs["candidates"], rows=rows)
 
 # %% ../../nbs/11c_compare_ranking.ipynb #c11c0019
 def ranking_table(rec: dict, metric: str = "recall@20") -> str:
@@ -259,8 +261,8 @@ def ranking_answer(rec: dict) -> str:
                    f"the best is {best['label']} ({best['recall@20']:.3f})")
     return "; ".join(out) + "."
 
-def ranking_index_block(rec: dict) -> str:
-    "The README's ranking section, from the record of the batch entry `compare-ranking`."
+def ranking_index_block(rec: dict, big: dict | None = None) -> str:
+    "The README's ranking section, from the record of the batch entry `compare-ranking` (and of the stand-in at MovieLens 20M's shape, `big`)."
     return "\n".join([RANKING_HEADING, "",
         f"Recall@20 of {rec['test_users']:,} new test users on {rec['dataset']} binarized (a rating above 3.5 is a positive; "
         f"{rec['splits']} split(s) of {rec['n_heldout']:,} validation and {rec['n_heldout']:,} test users, as Liang et al. 2018): each new "
@@ -268,7 +270,10 @@ def ranking_index_block(rec: dict) -> str:
         "The floor releases nothing (each user's own fit on the public item features); margins are paired by test user with "
         "95 % intervals; every row's setting was chosen on the validation users, which its ε does not cover "
         "([11c_compare_ranking](11c_compare_ranking.ipynb), `dpmf compare --task ranking`). Generated from "
-        "`figures/results.json` by `make readme`.", "", ranking_table(rec), "", "**The answer.** " + ranking_answer(rec).capitalize()])
+        "`figures/results.json` by `make readme`.", "", ranking_table(rec), "", "**The answer.** " + ranking_answer(rec).capitalize()] +
+        ([] if big is None else ["", f"**At MovieLens 20M's shape** (a synthetic stand-in with its numbers of users, items and ratings "
+          f"and its share of positives, {big['test_users']:,} new test users; {big['wall_seconds'] / 60:.0f} min and "
+          f"{big['peak_memory_gib']:.1f} GiB on this 2-core machine): " + ranking_answer(big)]))
 
 def sync_ranking_index(index=None, results=None) -> bool:
     "Write `ranking_index_block` into nbs/index.ipynb, right after the RMSE comparison's block; True when the notebook changed."
@@ -278,7 +283,9 @@ def sync_ranking_index(index=None, results=None) -> bool:
     from dpmf_lit.core.settings import load_settings
     path = Path(index) if index else load_settings().root / "nbs" / "index.ipynb"
     nb = json.loads(path.read_text(encoding="utf-8"))
-    text, cells = ranking_index_block(load_record("compare-ranking", results)["numbers"]), nb["cells"]
+    try: big = load_record("compare-ranking-ml20m-shape", results)
+    except ValueError: big = None                        # not run yet: the block says nothing of it
+    text, cells = ranking_index_block(load_record("compare-ranking", results)["numbers"], big and big["numbers"]), nb["cells"]
     at = next((k for k, c in enumerate(cells) if "".join(c["source"]).startswith(RANKING_HEADING)), None)
     if at is not None and "".join(cells[at]["source"]) == text: return False
     cell = {"cell_type": "markdown", "id": "c0a1b2c4", "metadata": {}, "source": text.splitlines(True)}
