@@ -16,11 +16,13 @@ RANKING_MUTANTS = (
     Mutant("dpals-implicit", "the global Gram released without noise", f"{I}:release_statistics", "gaussian_release(G, sigma_A, rng, \"global Gram G\", symmetric=True)", "G"),
     Mutant("dpals-implicit", "user rows not clipped", f"{I}:ImplicitDPALS._fit", "clip_rows(U, self.max_norm)", "U"),
     Mutant("dpals-implicit", "trimming to τ positives a user ignored", f"{I}:ImplicitDPALS._fit",
-           "keep_mask(train.user, self.max_ratings, self.rng(3), train.n_users, item=train.item)", "np.ones(len(train), np.bool_)"),
+           "kept[on] = keep_mask(train.user[on], self.max_ratings, self.rng(3), train.n_users, item=train.item[on])", "kept[on] = True"),
     Mutant("dpals-implicit", "add/remove sensitivity without the global Gram, √(2τ)", f"{I}:implicit_sensitivity", "2 * tau + 1 if add", "2 * tau if add"),
     Mutant("dpals-implicit", "rounds not composed: each calibrated as if it were the only release", f"{I}:ImplicitDPALS._fit",
            "round_multiplier(self.epsilon, self.delta, self.epochs)", "round_multiplier(self.epsilon, self.delta, 1)"),
     Mutant("dpals-implicit", "the noise seed fixed (the noise is public)", f"{I}:ImplicitDPALS._fit", "self.rng(5)", "np.random.default_rng(0)"),
+    Mutant("dpals-implicit", "noise on the counts of the frequent items halved", f"{I}:ImplicitDPALS.trained_items", "z0 * popularity_sensitivity", "z0 / 2 * popularity_sensitivity"),
+    Mutant("dpals-implicit", "frequent items chosen from the exact counts", f"{I}:ImplicitDPALS.trained_items", "np.argsort(-noisy,", "np.argsort(-counts,"),
     Mutant("dp-popularity", "noise on the counts halved", f"{I}:DPPopularity._fit", "z * popularity_sensitivity", "z / 2 * popularity_sensitivity"),
     Mutant("dp-popularity", "trimming to τ positives a user ignored", f"{I}:DPPopularity._fit",
            "keep_mask(train.user, self.max_ratings, self.rng(3), train.n_users, item=train.item)", "np.ones(len(train), np.bool_)"),
@@ -29,8 +31,22 @@ RANKING_MUTANTS = (
 )
 
 
+def _selection_problems() -> list:
+    "Given the same releases, the frequent items must not depend on the data: a pair whose exact counts would flip the one item chosen."
+    from dpmf_lit.data import Ratings
+    from dpmf_lit.papers.dpals_implicit import ImplicitDPALS
+    from dpmf_lit.studies.meter import logged_fit
+    make = lambda u, i: Ratings(np.array(u, np.int32), np.array(i, np.int32), np.ones(len(u), np.float32), 5, 3, 0.0, 1.0, name="flip").validate()
+    D, D2 = make([0, 1, 2, 4, 3, 3], [0, 0, 1, 1, 1, 2]), make([0, 1, 2, 4], [0, 0, 1, 1])    # exact counts: item 1 leads with user 3; a tie (item 0) without
+    mech = ImplicitDPALS(max_ratings=3, d=1, epochs=1, max_norm=1e-3, neighbouring="add_remove", item_fraction=0.3, count_share=0.5, seed=0)   # one item of three
+    ma, la = logged_fit(mech, D); mb, _ = logged_fit(mech, D2, replay=la)
+    same = np.array_equal(np.abs(ma.V).sum(1) > 0, np.abs(mb.V).sum(1) > 0)
+    return [] if same else ["the items trained on differ between D and D′ given the same releases"]
+
+
 def _problems(name):
-    return [p for params in RANKING_METER[name] for p in meter_ranking(name, params, seeds=(0, 1)).problems]
+    extra = _selection_problems() if name == "dpals-implicit" else []
+    return extra + [p for params in RANKING_METER[name] for p in meter_ranking(name, params, seeds=(0, 1)).problems]
 
 
 @pytest.mark.parametrize("name", sorted(RANKING_METER))
@@ -105,3 +121,13 @@ def test_ml20m_missing_files_say_so_in_one_line(tmp_path):
 def test_ranking_only_flags_are_refused_for_rmse():
     p = subprocess.run([sys.executable, "-m", "dpmf_lit.cli.main", "compare", "--heldout", "5"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 2 and "--heldout applies to --task ranking" in p.stderr, p.stderr
+
+
+def test_the_readme_ranking_block_is_current(tmp_path):
+    "The ranking block of nbs/index.ipynb (and so of README.md) is what `make readme` writes from the committed records."
+    import shutil
+    from pathlib import Path
+    from dpmf_lit.studies.ranking import sync_ranking_index
+    copy = tmp_path / "index.ipynb"
+    shutil.copy(Path(__file__).resolve().parents[1] / "nbs" / "index.ipynb", copy)
+    assert not sync_ranking_index(copy), "run 'make readme'"

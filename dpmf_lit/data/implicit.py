@@ -7,13 +7,15 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/implicit.html.md"""
 
 # %% ../../nbs/00k_implicit.ipynb #a1c00003
 from __future__ import annotations
+import math
 from dataclasses import dataclass, replace
 import numpy as np
 from ..core.checks import check_choice, check_float, check_fraction, check_int, generator
-from .ratings import Ratings
+from numba import njit, prange
+from .ratings import ItemFeatures, Ratings
 
 # %% auto #0
-__all__ = ['binarize', 'NewUserSplit', 'new_user_split']
+__all__ = ['binarize', 'NewUserSplit', 'new_user_split', 'synthetic_implicit']
 
 # %% ../../nbs/00k_implicit.ipynb #a1c00005
 def _check_ratings(r):
@@ -93,3 +95,66 @@ def new_user_split(r: Ratings,
     if candidates == "train": part = lambda m, what: _on_items(r.take(m, f"{r.name}/{what}"), np.flatnonzero(seen))
     return NewUserSplit(part(of == 0, "train"), part((of == 1) & ~target, "validation-history"), part((of == 1) & target, "validation-targets"),
                         part((of == 2) & ~target, "test-history"), part((of == 2) & target, "test-targets"), candidates)
+
+# %% ../../nbs/00k_implicit.ipynb #e939f265
+@njit(parallel=True, cache=True)
+def _choose(U, V, logp, taste, counts, offsets, seeds, out):
+    "Each user's counts[i] items: the largest keys log p_j + s u_i·v_j + Gumbel, drawn from the user's own seed (any thread count)."
+    n, m, d = U.shape[0], V.shape[0], U.shape[1]
+    for i in prange(n):
+        np.random.seed(seeds[i])
+        keys = np.empty(m)
+        for j in range(m):
+            s = 0.0
+            for k in range(d): s += U[i, k] * V[j, k]
+            keys[j] = logp[j] + taste * s - np.log(-np.log(np.random.random()))
+        c = counts[i]
+        out[offsets[i]:offsets[i] + c] = np.sort(np.argsort(keys)[m - c:])
+
+# %% ../../nbs/00k_implicit.ipynb #162c56d6
+def synthetic_implicit(n_users: int,              # users
+                       n_items: int,              # items
+                       n_ratings: int,            # ratings in all (user, item pairs, unique)
+                       rank: int = 10,            # d of the taste u_i, v_j
+                       taste: float = 2.0,        # s: how strongly taste drives which items a user picks (0: popularity alone)
+                       popularity: float = 1.0,   # a: power-law exponent of item popularity
+                       activity_sigma: float = 1.0,  # sd of the log-normal user activity
+                       min_user: int = 20,        # fewest items a user rates (MovieLens: 20)
+                       rating_taste: float = 0.8, # t: how much taste raises the rating of a chosen item
+                       positive_share: float = 0.5,  # share of ratings above 3.5 (sets the offset m; MovieLens 20M: about half)
+                       n_features: int = 19,      # public binary genre-like features per item
+                       feature_signal: float = 0.3,  # φ: share of each v_j's variance the features explain
+                       seed: int = 0,             # seed of everything random
+                       name: str = "synthetic-implicit",
+                       ) -> Ratings:
+    "Ratings on 1..5 whose items each user chose by popularity and taste (see above), with public item features; deterministic in `seed`."
+    n_users, n_items, n_ratings, rank, min_user = (check_int(k, v, 1) for k, v in (("n_users", n_users), ("n_items", n_items),
+                                                   ("n_ratings", n_ratings), ("rank", rank), ("min_user", min_user)))
+    taste, popularity, activity_sigma = (check_float(k, v, 0.0) for k, v in (("taste", taste), ("popularity", popularity), ("activity_sigma", activity_sigma)))
+    feature_signal, positive_share = check_fraction("feature_signal", feature_signal), check_fraction("positive_share", positive_share)
+    cap = max(min_user, n_items // 2)
+    if not n_users * min_user <= n_ratings <= n_users * cap:
+        raise ValueError(f"n_ratings={n_ratings:,} must lie between n_users * min_user = {n_users * min_user:,} and n_users * {cap:,} (half the items)")
+    g = generator(seed)
+    X = (g.random((n_items, n_features)) < 0.15).astype(np.float32)
+    W = g.standard_normal((n_features, rank)) / math.sqrt(max(n_features * 0.15, 1.0))
+    V = (math.sqrt(feature_signal) * (X @ W) + math.sqrt(1 - feature_signal) * g.standard_normal((n_items, rank))) / rank ** 0.25
+    U = g.standard_normal((n_users, rank)) / rank ** 0.25
+    logp = -popularity * np.log1p(g.permutation(n_items).astype(np.float64))
+    w = np.exp(activity_sigma * g.standard_normal(n_users))
+    counts = np.clip(np.floor(min_user + w / w.sum() * (n_ratings - n_users * min_user)), min_user, cap).astype(np.int64)
+    order = g.permutation(n_users)
+    while counts.sum() < n_ratings:                    # rounding and the cap: the rest one a user, to users with room, in a seeded order
+        room = order[counts[order] < cap][:n_ratings - counts.sum()]
+        counts[room] += 1
+    assert counts.sum() == n_ratings and counts.min() >= min_user and counts.max() <= cap
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    items = np.empty(n_ratings, np.int64)
+    _choose(U, V, logp, taste, counts, offsets, g.integers(0, 2**31 - 1, n_users), items)
+    users = np.repeat(np.arange(n_users, dtype=np.int32), counts)
+    c = 0.3 * g.standard_normal(n_items); b = 0.3 * g.standard_normal(n_users)
+    y = c[items] + b[users] + rating_taste * np.einsum("kd,kd->k", U[users], V[items]) + 0.7 * g.standard_normal(n_ratings)
+    m = 3.5 - np.quantile(y, 1 - positive_share)       # the offset that puts `positive_share` of the ratings above 3.5
+    r = np.clip(np.rint(m + y), 1, 5).astype(np.float32)
+    feats = ItemFeatures(X, tuple(f"genre:{k}" for k in range(n_features)), np.ones(n_items, bool), "synthetic")
+    return Ratings(users, items.astype(np.int32), r, n_users, n_items, 1.0, 5.0, name=name, item_features=feats).validate()

@@ -19,11 +19,11 @@ from ..data import Ratings
 from ..model.fold_in import fold_in
 from ..model.linalg import clip_rows
 from ..model.mechanism import Factors, Mechanism
-from .dpals import by_item, item_statistics, solve_items
+from .dpals import by_item, item_statistics, noise_multipliers, solve_items
 
 # %% auto #0
 __all__ = ['implicit_statistics', 'implicit_sensitivity', 'release_statistics', 'solve_implicit_items', 'round_multiplier',
-           'ImplicitDPALS', 'DPPopularity', 'popularity_sensitivity']
+           'ImplicitDPALS', 'popularity_sensitivity', 'DPPopularity']
 
 # %% ../../nbs/10a_dpals_implicit.ipynb #b10a0005
 def implicit_statistics(indptr,         # the kept positives grouped by item (`by_item`)
@@ -80,9 +80,11 @@ class ImplicitDPALS(Mechanism):
                  unobserved_weight: Float(0) = 0.1,  # α0: weight pulling every score towards 0
                  reg: Positive = 10.0,           # λ: ridge of each item solve
                  reg_local: Positive = 1.0,      # λ_u: ridge of each user's fold-in on the device
+                 item_fraction: Float(0, 1, low_open=True) = 1.0,  # share of the items trained on: those of highest noisy count (1: every item, no count released)
+                 count_share: Fraction = 0.1,    # s: share of μ² (Gaussian DP) spent on the counts when item_fraction < 1
                  init_std: Positive = 0.1,       # σ0: standard deviation of the data-independent start V0
                  seed: Int(0) | None = None):    # None: secret, from the OS; a number: reproducible (and public)
-        pass
+        if not 0 < count_share < 1: raise ValueError(f"count_share={count_share!r} must lie strictly between 0 and 1")
 
 # %% ../../nbs/10a_dpals_implicit.ipynb #b10a0010
 @patch
@@ -97,33 +99,59 @@ def memory_bytes(self: ImplicitDPALS, train: Ratings) -> int:
     return 4 * (train.n_users + train.n_items) * self.d + 24 * (train.n_items + train.n_users) * self.d ** 2
 
 @patch
-def privacy_events(self: ImplicitDPALS, train: Ratings, z: float) -> Release:
+def privacy_events(self: ImplicitDPALS, train: Ratings, z: float, z0: float | None = None) -> Release:
     "The rounds' releases, end to end, reported at the target ε (the accountant checks their composition does not exceed it)."
     scope = ("joint DP: V and anything computed from it; each user's u_i is computed on the user's device and released "
              "to no one (the model's U stands for those devices: not covered, never to be published or served to others); "
              "the item catalogue and user roster are taken as public; any validation score, and parameters chosen by "
              "looking at the data, are not covered")
-    return Release((("item statistics (A_j, beta_j) and global Gram G", SelfComposedDpEvent(GaussianDpEvent(z), self.epochs)),),
+    events = (() if z0 is None else (("item counts", GaussianDpEvent(z0)),)) + \
+             (("item statistics (A_j, beta_j) and global Gram G", SelfComposedDpEvent(GaussianDpEvent(z), self.epochs)),)
+    return Release(events,
                    "rdp", dict(unit="user", neighbouring=self.neighbouring, released=("V",), delta=self.delta, target=self.epsilon,
                                notes="Gaussian-DP mu = {mu:.4g}; exact epsilon {exact:.6g}", scope=scope,
-                               method=f"{self.epochs} Gaussian releases composed exactly in Gaussian DP (Dong, Roth & Su 2019), "
+                               method=f"{self.epochs + (z0 is not None)} Gaussian releases composed exactly in Gaussian DP (Dong, Roth & Su 2019), "
                                       "analytic conversion (Balle & Wang 2018); the PrivacyAccountant's RDP bound: epsilon <= {rdp:.4g}"))
+
+# %% ../../nbs/10a_dpals_implicit.ipynb #7837c31d
+def popularity_sensitivity(max_ratings: int, neighbouring: str = "replace") -> float:
+    "Δ of the count vector with ≤ τ positives a user: √τ add/remove, √(2τ) replace."
+    tau = check_int("max_ratings", max_ratings, 1)
+    return math.sqrt(tau if check_choice("neighbouring", neighbouring, NEIGHBOURING) == "add_remove" else 2 * tau)
 
 # %% ../../nbs/10a_dpals_implicit.ipynb #b10a0012
 @patch
+def trained_items(self: ImplicitDPALS, train: Ratings, z0: float | None) -> np.ndarray | None:
+    "The items trained on (a boolean mask), those of highest noisy count (one release, each user's positives trimmed to τ); None: every item."
+    if z0 is None: return None
+    kept = keep_mask(train.user, self.max_ratings, self.rng(1), train.n_users, item=train.item)
+    counts = np.bincount(train.item[kept], minlength=train.n_items).astype(np.float64)
+    noisy = gaussian_release(counts, z0 * popularity_sensitivity(self.max_ratings, self.neighbouring), self.rng(2), "item counts")
+    top = np.argsort(-noisy, kind="stable")[:max(1, math.ceil(self.item_fraction * train.n_items))]   # post-processing
+    out = np.zeros(train.n_items, bool); out[top] = True
+    return out
+
+@patch
 def _fit(self: ImplicitDPALS, train: Ratings, progress: bool = False) -> Factors:
-    z = round_multiplier(self.epsilon, self.delta, self.epochs)
-    ptr, ku, _ = by_item(train, keep_mask(train.user, self.max_ratings, self.rng(3), train.n_users, item=train.item))
+    if self.item_fraction < 1: z0, z = noise_multipliers(self.epsilon, self.delta, self.epochs, self.count_share)
+    else: z0, z = None, round_multiplier(self.epsilon, self.delta, self.epochs)
+    items = self.trained_items(train, z0)
+    on = np.ones(len(train), bool) if items is None else items[train.item]      # positives on the trained items
+    kept = np.zeros(len(train), bool)
+    kept[on] = keep_mask(train.user[on], self.max_ratings, self.rng(3), train.n_users, item=train.item[on])
+    ptr, ku, _ = by_item(train, kept)
     delta_w, noise = implicit_sensitivity(self.max_ratings, self.neighbouring), self.rng(5)
     sA, sb = z * delta_w * self.max_norm ** 2, z * delta_w * self.max_norm
     V = self.init_std * self.rng(4).standard_normal((train.n_items, self.d))
+    if items is not None: V[~items] = 0.0                                          # items not trained on: no row
     for t in range(self.epochs):
         U = fold_in(V, train, self.unobserved_weight, self.reg_local)              # on each device
         A, beta, G = release_statistics(*implicit_statistics(ptr, ku, clip_rows(U, self.max_norm)), sA, sb, noise)   # released
         V = solve_implicit_items(A, beta, G, self.unobserved_weight, self.reg)     # post-processing
+        if items is not None: V[~items] = 0.0
     U = fold_in(V, train, self.unobserved_weight, self.reg_local)
     history = [dict(round=t + 1, sigma_A=sA, sigma_beta=sb) for t in range(self.epochs)]
-    return Factors(U.astype(np.float32), V.astype(np.float32), None, None, 0.0, history, privacy=self.privacy_events(train, z))
+    return Factors(U.astype(np.float32), V.astype(np.float32), None, None, 0.0, history, privacy=self.privacy_events(train, z, z0))
 
 # %% ../../nbs/10a_dpals_implicit.ipynb #b10a0014
 class DPPopularity(Mechanism):
@@ -140,10 +168,6 @@ class DPPopularity(Mechanism):
                  seed: Int(0) | None = None):    # None: secret, from the OS; a number: reproducible (and public)
         pass
 
-def popularity_sensitivity(max_ratings: int, neighbouring: str = "replace") -> float:
-    "Δ of the count vector with ≤ τ positives a user: √τ add/remove, √(2τ) replace."
-    tau = check_int("max_ratings", max_ratings, 1)
-    return math.sqrt(tau if check_choice("neighbouring", neighbouring, NEIGHBOURING) == "add_remove" else 2 * tau)
 
 # %% ../../nbs/10a_dpals_implicit.ipynb #b10a0015
 @patch
