@@ -106,8 +106,8 @@ def test_ml20m_published_protocol_by_one_command(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "MovieLens 20M as published" in p.stderr
     rec = json.loads(p.stdout)
-    assert rec["candidates"] == "train" and rec["test_users"] <= 20 and rec["floor"] == "features only, on the device"
-    assert {r["label"] for r in rec["rows"]} >= {"popularity, noisy counts", "dpals-implicit"}
+    assert rec["candidates"] == "train" and rec["test_users"] <= 20 and rec["floor"] == "features only (on the device)"
+    assert {r["label"] for r in rec["rows"]} >= {"popularity (noisy counts)", "dpals-implicit"}
     assert (tmp_path / "out" / "compare_ranking.png").exists()
 
 

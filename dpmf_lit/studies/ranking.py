@@ -76,15 +76,15 @@ def _als(eps, seed, train, **p): return implicit_als(train, seed=seed, **p), Non
 FOLD = tuple((a, l) for a in (0.01, 0.1, 1.0) for l in (1.0, 10.0))
 NOTEBOOK_SETTING = dict(d=64, epochs=3, max_ratings=100, max_norm=0.1, reg=30.0, unobserved_weight=0.4, item_fraction=0.1, count_share=0.05)
 RANKING_ROWS = (
-    RankingRow("features only, on the device", "floor", _features, fold=FOLD),
-    RankingRow("popularity, noisy counts", "mechanism", _dp_popularity, grid_of(max_ratings=(20, 100))),
+    RankingRow("features only (on the device)", "floor", _features, fold=FOLD),
+    RankingRow("popularity (noisy counts)", "mechanism", _dp_popularity, grid_of(max_ratings=(20, 100))),
     RankingRow("dpals-implicit", "mechanism", _dpals_implicit,
                (dict(d=8, reg=100.0, epochs=2, max_ratings=20, item_fraction=0.1), dict(d=16, reg=100.0, epochs=2, max_ratings=50, item_fraction=0.1),
                 dict(d=32, reg=30.0, epochs=3, max_ratings=100, max_norm=0.1, unobserved_weight=0.4, item_fraction=0.1),
                 dict(d=8, reg=300.0, epochs=2, max_ratings=20, item_fraction=1.0)), fold=((0.1, 1.0), (0.4, 1.0))),
-    RankingRow("dpals-implicit, the reference notebook's setting", "mechanism", _dpals_implicit, (NOTEBOOK_SETTING,),
+    RankingRow("dpals-implicit (the reference notebook's setting)", "mechanism", _dpals_implicit, (NOTEBOOK_SETTING,),
                fold=((0.4, 1.0), (0.4, 30.0))),
-    RankingRow("popularity, exact counts", "reference", _exact_popularity),
+    RankingRow("popularity (exact counts)", "reference", _exact_popularity),
     RankingRow("implicit ALS (non-private)", "reference", _als, grid_of(d=(16,)), fold=((0.1, 1.0),)),
 )
 
@@ -225,7 +225,7 @@ def ranking_record(df: pd.DataFrame) -> dict:
 
 # %% ../../nbs/11c_compare_ranking.ipynb #c11c0019
 def ranking_table(rec: dict, metric: str = "recall@20") -> str:
-    "Markdown: one line per ranker, its metric at each ε (references and the floor without one), the margin over the floor with its interval."
+    "Markdown: one line per ranker, its metric at each ε (the best mechanism at each ε in bold; references and the floor without one), the margin over the floor with its interval."
     eps = sorted({r["epsilon"] for r in rec["rows"] if r["epsilon"] is not None})
     lines = [f"| ranker | ε per user | {metric} | {metric} − floor (95 % interval) | NDCG@20 |", "|---|---|---|---|---|"]
     for r in rec["rows"]:
@@ -233,7 +233,9 @@ def ranking_table(rec: dict, metric: str = "recall@20") -> str:
         gap = "the floor" if r["kind"] == "floor" else f"{m:+.3f} ({r[f'{metric} lo']:+.3f} to {r[f'{metric} hi']:+.3f})"
         e = "—" if r["epsilon"] is None else f"{r['epsilon']:g}"
         tag = " (no guarantee)" if r["kind"] == "reference" else ""
-        lines.append(f"| {r['label']}{tag} | {e} | {r[metric]:.3f} | {gap} | {r['ndcg@20']:.3f} |")
+        top = r["kind"] == "mechanism" and r[metric] == max(x[metric] for x in rec["rows"] if x["epsilon"] == r["epsilon"])
+        val = f"**{r[metric]:.3f}**" if top else f"{r[metric]:.3f}"
+        lines.append(f"| {r['label']}{tag} | {e} | {val} | {gap} | {r['ndcg@20']:.3f} |")
     return "\n".join(lines)
 
 # %% ../../nbs/11c_compare_ranking.ipynb #fdc234ea
@@ -268,8 +270,9 @@ def ranking_answer(rec: dict) -> str:
         rows = [r for r in rec["rows"] if r["epsilon"] == e]
         above = [r["label"] for r in rows if r["recall@20 lo"] is not None and r["recall@20 lo"] > 0]
         best = max(rows, key=lambda r: r["recall@20"])
-        out.append(f"at ε = {e:g}, {', '.join(above) if above else 'none'} beat{'s' if len(above) == 1 else ''} the floor; "
-                   f"the best is {best['label']} ({best['recall@20']:.3f})")
+        names = "none" if not above else above[0] if len(above) == 1 else ", ".join(above[:-1]) + " and " + above[-1]
+        out.append(f"at ε = {e:g}, {names} beat{'s' if len(above) == 1 else ''} the floor and {best['label']} ranks best "
+                   f"({best['recall@20']:.3f})")
     return "; ".join(out) + "."
 
 def ranking_index_block(rec: dict, big: dict | None = None) -> str:
