@@ -214,7 +214,6 @@ def _compare_own(args, settings, profile: str) -> int:
 def _ranking_run(args, settings, profile: str, entry) -> tuple[dict, Path]:
     "A ranking comparison other than the committed one, run here and written under build/compare-ranking/<name>/ (or --out)."
     from dpmf_lit.records.experiment import load_data, save_figure, to_jsonable
-    from dpmf_lit.records.provenance import load_manifest
     from dpmf_lit.model.mechanism import heartbeat
     from dpmf_lit.studies.ranking import compare_ranking, ranking_figure, ranking_record
     from dpmf_lit.core.checks import atomic_write
@@ -222,7 +221,7 @@ def _ranking_run(args, settings, profile: str, entry) -> tuple[dict, Path]:
     spec, params = entry.setting(profile)
     published = (args.dataset or "").strip() == "ml-20m"
     if published:
-        params = next(e for e in load_manifest(None, settings) if e.id == "compare-ranking-ml20m-shape").setting(profile)[1]
+        params = {**params, "n_heldout": 10_000, "splits": 1}         # Liang et al.: 10,000 validation and 10,000 test users
         print("dpmf compare: MovieLens 20M as published (Liang et al. 2018): 10,000 validation and 10,000 test users held out, "
               "candidates the items some training user rated (the guarantee is then conditional on that item set)", file=sys.stderr)
     candidates = args.candidates or ("train" if published else "catalogue")
