@@ -140,7 +140,7 @@ def _section_outputs(name: str, first: str, last: str | None = None) -> list:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("name, first, last, n_tables", [("11_compare", "## 8", None, 5),
+@pytest.mark.parametrize("name, first, last, n_tables", [("11_compare", "## 8", "## 10", 5),
                                                          ("13_public_features", "## 6", "## References", 3)])
 def test_result_tables_are_displayed_as_tables(name, first, last, n_tables, monkeypatch):
     """The result tables are displayed markdown, which GitHub, Quarto and the preview render as tables; printed, a
