@@ -25,7 +25,7 @@ from .meter import Reading, claimed_mu, logged_fit, meter_pairs, release_loss, r
 # %% auto #0
 __all__ = ['FOLD', 'NOTEBOOK_SETTING', 'RANKING_ROWS', 'RANKING_METER', 'RANKING_MECHANISMS', 'RANKING_HEADING', 'RankingRow',
            'public_side', 'implicit_als', 'score_release', 'run_row', 'paired_interval', 'compare_ranking',
-           'meter_ranking', 'ranking_record', 'ranking_table', 'ranking_figure', 'ranking_answer',
+           'join_ranking', 'meter_ranking', 'ranking_record', 'ranking_table', 'ranking_figure', 'ranking_answer',
            'ranking_index_block', 'sync_ranking_index']
 
 # %% ../../nbs/11c_compare_ranking.ipynb #c11c0005
@@ -177,6 +177,23 @@ def compare_ranking(ratings: Ratings,            # explicit ratings (binarized h
     df.attrs.update(floor=floor.label, users=int(len(floor["recall@20 by user"])), splits=splits, n_heldout=n_heldout,
                     features=ratings.item_features is not None, positives=len(pos), name=ratings.name,
                     candidates=candidates)
+    return df
+
+# %% ../../nbs/11c_compare_ranking.ipynb #c11c0041
+def join_ranking(*parts: pd.DataFrame,   # compare_ranking frames on the same data, splits and seeds, each with the floor
+                 rows=RANKING_ROWS,      # the rankers, in the order of the table
+                 ) -> pd.DataFrame:
+    "One frame from comparisons run in parts: the floors must agree user by user; one is kept, rows in compare_ranking's order."
+    if not parts: raise ValueError("join_ranking: parts is empty (give at least one compare_ranking frame)")
+    floors = [p[p.kind == "floor"].iloc[0] for p in parts]
+    for f, p in zip(floors[1:], parts[1:]):
+        if f.label != floors[0].label or not np.array_equal(f["recall@20 by user"], floors[0]["recall@20 by user"]) or p.attrs != parts[0].attrs:
+            raise ValueError("join_ranking: the parts differ in their floor or setting (run them on the same data, splits and seeds)")
+    df = pd.concat([parts[0]] + [p[p.kind != "floor"] for p in parts[1:]], ignore_index=True)
+    order = {r.label: i for i, r in enumerate(rows)}
+    key = df.apply(lambda r: (r.kind != "mechanism", order.get(r.label, len(order)), r.epsilon if r.epsilon is not None else 0.0), axis=1)
+    df = df.loc[sorted(df.index, key=key.__getitem__)].reset_index(drop=True)
+    df.attrs.update(parts[0].attrs)
     return df
 
 # %% ../../nbs/11c_compare_ranking.ipynb #c11c0015
