@@ -107,6 +107,7 @@ def test_ml20m_published_protocol_by_one_command(tmp_path):
     assert "MovieLens 20M as published" in p.stderr
     rec = json.loads(p.stdout)
     assert rec["candidates"] == "train" and rec["test_users"] <= 20 and rec["floor"] == "features only (on the device)"
+    assert rec["condition"].startswith("Conditional guarantee") and "not charged" in rec["condition"]
     assert {r["label"] for r in rec["rows"]} >= {"popularity (noisy counts)", "dpals-implicit"}
     assert (tmp_path / "out" / "compare_ranking.png").exists()
 

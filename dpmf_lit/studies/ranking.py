@@ -24,9 +24,9 @@ from .meter import Reading, claimed_mu, logged_fit, meter_pairs, release_loss, r
 
 # %% auto #0
 __all__ = ['FOLD', 'NOTEBOOK_SETTING', 'RANKING_ROWS', 'RANKING_METER', 'RANKING_MECHANISMS', 'RANKING_HEADING', 'RankingRow',
-           'public_side', 'implicit_als', 'score_release', 'run_row', 'paired_interval', 'compare_ranking',
-           'join_ranking', 'meter_ranking', 'ranking_record', 'ranking_table', 'ranking_figure', 'ranking_answer',
-           'ranking_index_block', 'sync_ranking_index']
+           'public_side', 'implicit_als', 'score_release', 'run_row', 'paired_interval', 'lead_over_next',
+           'compare_ranking', 'join_ranking', 'meter_ranking', 'ranking_record', 'ranking_table', 'ranking_figure',
+           'ranking_answer', 'ranking_index_block', 'sync_ranking_index']
 
 # %% ../../nbs/11c_compare_ranking.ipynb #c11c0005
 @dataclass
@@ -139,6 +139,20 @@ def paired_interval(a, b) -> tuple[float, float, float]:
     h = 1.96 * d.std(ddof=1) / math.sqrt(d.size)
     return float(d.mean()), float(d.mean() - h), float(d.mean() + h)
 
+# %% ../../nbs/11c_compare_ranking.ipynb #c11c0044
+def lead_over_next(df: pd.DataFrame, metric: str = "recall@20") -> pd.DataFrame:
+    "At each ε, the best mechanism's lead in `metric` over the runner-up, paired by test user: columns '{metric} lead' (lo, hi) and 'runner_up'."
+    df = df.copy()
+    df[[f"{metric} lead", f"{metric} lead lo", f"{metric} lead hi"]], df["runner_up"] = None, None
+    mech = df[df.kind == "mechanism"]
+    for e in mech.epsilon.unique():
+        at = mech[mech.epsilon == e].sort_values(metric, ascending=False)
+        if len(at) < 2: continue
+        best, second = at.iloc[0], at.iloc[1]
+        df.loc[best.name, [f"{metric} lead", f"{metric} lead lo", f"{metric} lead hi"]] = paired_interval(best[f"{metric} by user"], second[f"{metric} by user"])
+        df.loc[best.name, "runner_up"] = second.label
+    return df
+
 # %% ../../nbs/11c_compare_ranking.ipynb #c11c0011
 def compare_ranking(ratings: Ratings,            # explicit ratings (binarized here) or positives on [0, 1]
                     epsilons=(1.0, 5.0, 10.0, 20.0),  # targets ε per user
@@ -152,7 +166,7 @@ def compare_ranking(ratings: Ratings,            # explicit ratings (binarized h
                     ks=(20, 50),                 # list lengths scored
                     progress: bool = True,       # a progress bar
                     ) -> pd.DataFrame:
-    "One row per (mechanism, ε) and per floor or reference (ε None): Recall@k and NDCG@k on the test users, and the margin over the floor with its interval."
+    "One row per (mechanism, ε) and per floor or reference (ε None): Recall@k and NDCG@k on the test users, the margin over the floor with its interval, and at each ε the best mechanism's lead over the runner-up."
     splits, n_heldout = check_int("splits", splits, 1), check_int("n_heldout", n_heldout, 1)
     pos = ratings if ratings.rating_min == 0.0 and ratings.rating_max == 1.0 and np.all(ratings.rating == 1) else binarize(ratings, threshold)
     parts = [new_user_split(pos, n_heldout, candidates=candidates, seed=split_seed + k) for k in range(splits)]
@@ -177,7 +191,7 @@ def compare_ranking(ratings: Ratings,            # explicit ratings (binarized h
     df.attrs.update(floor=floor.label, users=int(len(floor["recall@20 by user"])), splits=splits, n_heldout=n_heldout,
                     features=ratings.item_features is not None, positives=len(pos), name=ratings.name,
                     candidates=candidates)
-    return df
+    return lead_over_next(df)
 
 # %% ../../nbs/11c_compare_ranking.ipynb #c11c0041
 def join_ranking(*parts: pd.DataFrame,   # compare_ranking frames on the same data, splits and seeds, each with the floor
@@ -194,7 +208,7 @@ def join_ranking(*parts: pd.DataFrame,   # compare_ranking frames on the same da
     key = df.apply(lambda r: (r.kind != "mechanism", order.get(r.label, len(order)), r.epsilon if r.epsilon is not None else 0.0), axis=1)
     df = df.loc[sorted(df.index, key=key.__getitem__)].reset_index(drop=True)
     df.attrs.update(parts[0].attrs)
-    return df
+    return lead_over_next(df)
 
 # %% ../../nbs/11c_compare_ranking.ipynb #c11c0015
 RANKING_METER = {"dpals-implicit": [dict(max_ratings=3, d=2, epochs=2, max_norm=1e-3, neighbouring="add_remove"),
@@ -237,6 +251,7 @@ def ranking_record(df: pd.DataFrame) -> dict:
         for key in [c for c in df.columns if "@" in c and "by user" not in c]:
             v = r[key]
             row[key] = [r4(x) for x in v] if isinstance(v, list) else r4(v)
+        if isinstance(r.get("runner_up"), str): row["runner_up"] = r.runner_up
         rows.append(row)
     return dict(dataset=df.attrs["name"], floor=df.attrs["floor"], test_users=df.attrs["users"], splits=df.attrs["splits"],
                 n_heldout=df.attrs["n_heldout"], positives=df.attrs["positives"], candidates=df.attrs["candidates"], rows=rows)
@@ -280,8 +295,14 @@ def ranking_figure(rec: dict, metric: str = "recall@20"):
 # %% ../../nbs/11c_compare_ranking.ipynb #183368d2
 RANKING_HEADING = "## Ranking new users at equal privacy"
 
+def _lead(best: dict) -> str:
+    "'; ahead of X by +m (interval)' or '; not told apart from X (...)': the best row's lead over the runner-up, in words."
+    if best.get("runner_up") is None or best.get("recall@20 lead") is None: return ""
+    m, lo, hi = best["recall@20 lead"], best["recall@20 lead lo"], best["recall@20 lead hi"]
+    return (f"; {'ahead of' if lo > 0 else 'not told apart from'} {best['runner_up']}: {m:+.3f}, 95 % interval {lo:+.3f} to {hi:+.3f}")
+
 def ranking_answer(rec: dict) -> str:
-    "Which mechanisms beat the floor at each ε (interval above zero), and the best one, in words."
+    "Which mechanisms beat the floor at each ε (interval above zero), and the best one with its lead over the runner-up, in words."
     eps = sorted({r["epsilon"] for r in rec["rows"] if r["epsilon"] is not None})
     out = []
     for e in eps:
@@ -290,7 +311,7 @@ def ranking_answer(rec: dict) -> str:
         best = max(rows, key=lambda r: r["recall@20"])
         names = "none" if not above else above[0] if len(above) == 1 else ", ".join(above[:-1]) + " and " + above[-1]
         out.append(f"at ε = {e:g}, {names} beat{'s' if len(above) == 1 else ''} the floor and {best['label']} ranks best "
-                   f"({best['recall@20']:.3f})")
+                   f"({best['recall@20']:.3f}{_lead(best)})")
     return "; ".join(out) + "."
 
 def ranking_index_block(rec: dict, big: dict | None = None) -> str:
