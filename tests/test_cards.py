@@ -56,5 +56,6 @@ def test_a_paper_declares_rows_that_build_another_mechanism():
     "The public-features paper's card carries the DPALS rows it proposes; the DPALS card does not know them."
     public = cards()["dp-bias-features"]
     assert {"dpals + CMF (Curmei et al.)", "dpals + local features, α tuned (ours)"} <= {r.label for r in public.rows}
-    assert [r.label for r in cards()["dpals"].rows] == ["dpals"]
+    assert [r.label for r in cards()["dpals"].rows] == ["dpals", "dpals, tail sampling", "dpals (d = 8, T = 2, τ = 100: Google's ML-10M setting at ε = 1)"]
+    assert all(r.mechanism == "dpals-adaptive" for r in cards()["dpals-adaptive"].rows)
     assert cards()["user-features"].role == "floor"

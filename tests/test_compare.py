@@ -210,6 +210,7 @@ def test_dpmf_compare_on_a_movielens_file_it_never_saw_writes_apart(tmp_path):
     assert failed == set(), failed                 # none failed: a .dat file has no item features, so the rows needing them were left out
     left = set(out["left_out"]["labels"])
     assert left == {"dpals + CMF (Curmei et al.)", "dpals + local features, α tuned (ours)", "dp-bias + features",
+                    "dpals-adaptive + local features, α tuned (ours)",
                     "dp-bias + features + prior (ours)", "user-features"}, left        # with their [public tuning] twins
     shown = {label.split(" [")[0] for u in ("user", "rating") for label in out[u]} | set(out["baselines"]) | set(out["no_guarantee"])
     assert out["left_out"]["why"] and not left & shown, out["left_out"]   # said, and not run

@@ -42,7 +42,7 @@ def test_a_mutant_whose_text_is_gone_fails_loudly():
 
 def test_the_mutants_cover_each_metered_mechanism():
     "At least the noise, a clip or trimming, and the sensitivity or composition of each mechanism with a Gaussian release."
-    for name in ("dp-bias", "dpals", "dp-bias-features", "hua"):
+    for name in ("dp-bias", "dpals", "dpals-adaptive", "dp-bias-features", "hua"):
         whats = " ".join(m.what for m in MUTANTS if m.mechanism == name)
         assert "halved" in whats and ("clip" in whats or "trimming" in whats) and ("sensitivity" in whats or "composition" in whats), name
     for name in ("dp-pmf", "pdp-pmf", "user-mean", "user-features", "sgld", "xin", "gauss", "hua-protocol"):

@@ -11,7 +11,7 @@ from dpmf_lit.model.mechanism import mechanisms
 from dpmf_lit.core.privacy import GROUP_CLAUSE, TIME_CLAUSE
 from dpmf_lit.data.synthetic import synthetic
 
-GUARANTEED = {"dp-bias", "dp-bias-features", "user-features", "user-mean", "dpals", "hua", "hua-protocol", "dp-pmf",
+GUARANTEED = {"dp-bias", "dp-bias-features", "user-features", "user-mean", "dpals", "dpals-adaptive", "hua", "hua-protocol", "dp-pmf",
               "pdp-pmf", "gauss", "sgld", "xin"}
 
 # What a fit may print that differs between neighbouring_pair, each with the words of the scope that declare it not covered.

@@ -26,7 +26,7 @@ def item_index(ratings: Ratings):
 
 # %% ../../nbs/01e_linalg.ipynb #1e0a0c08
 @njit(cache=True, parallel=True)
-def _normal_equations_chunks(ptr, bounds, users, vals, U, reg, m0, c_item, b_user, dots, clip, A, b):
+def _normal_equations_chunks(ptr, bounds, users, vals, U, reg, m0, c_item, b_user, dots, clip, w, A, b):
     d = A.shape[1]
     for g in prange(bounds.shape[0] - 1):          # chunks of items holding about equal numbers of ratings
         for j in range(bounds[g], bounds[g + 1]):
@@ -40,19 +40,20 @@ def _normal_equations_chunks(ptr, bounds, users, vals, U, reg, m0, c_item, b_use
                 r = np.float64(vals[p]) - m0 - c_item[j] - np.float64(b_user[i])   # the target, formed here (0s: the rating)
                 if dots.shape[0]: r -= dots[p]
                 r = min(max(r, -clip), clip)
+                wp = w[p] if w.shape[0] else 1.0                                  # the rating's weight (none: 1)
                 for a in range(d):
-                    ua = U[i, a]
+                    ua = U[i, a] * wp
                     b[j, a] += r * ua
                     for c in range(d): A[j, a, c] += ua * U[i, c]
 
-def normal_equations(ptr, users, vals, U, reg, A, b, m0=0.0, c_item=None, b_user=None, dots=None, clip=math.inf):
-    "A_j = Σ u_i u_iᵀ + reg I and b_j = Σ x_ij u_i into A, b, in parallel over chunks of items balanced by their ratings; x_ij = clip(r_ij − m0 − c_j − b_i − dots, ±clip), the rating itself by default."
+def normal_equations(ptr, users, vals, U, reg, A, b, m0=0.0, c_item=None, b_user=None, dots=None, clip=math.inf, weights=None):
+    "A_j = Σ w_ij u_i u_iᵀ + reg I and b_j = Σ w_ij x_ij u_i into A, b, in parallel over chunks of items balanced by their ratings; x_ij = clip(r_ij − m0 − c_j − b_i − dots, ±clip), the rating itself by default; w_ij: `weights`, one per rating in `ptr`'s order (None: 1)."
     n = A.shape[0]
     bounds = np.unique(np.searchsorted(ptr, np.linspace(0, ptr[-1], 8 * numba.get_num_threads() + 1), side="right") - 1)
     bounds = np.unique(np.r_[0, np.clip(bounds, 0, n), n]).astype(np.int64)
     zeros = lambda a, k: np.zeros(k) if a is None else np.ascontiguousarray(a)
     _normal_equations_chunks(ptr, bounds, users, vals, U, float(reg), float(m0), zeros(c_item, n), zeros(b_user, U.shape[0]),
-                             zeros(dots, 0), float(clip), A, b)
+                             zeros(dots, 0), float(clip), zeros(weights, 0).astype(np.float64), A, b)
 
 def item_normal_equations(ratings: Ratings, U, reg: float):
     "A_j = sum_i I_ij u_i u_i^T + reg I and b_j = sum_i I_ij r_ij u_i for every item (float64)."

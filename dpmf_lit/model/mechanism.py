@@ -491,8 +491,8 @@ def _check_work(mech: Mechanism, train: Ratings):
     if work.get(FEATURE_WORK, 0.0) > sum(work.values()) / 2: return _feature_work(mech, train, sum(work.values()) > MAX_WORK)
     k = _culprit(mech, total) or max(work, key=work.get)
     if total(mech) > MAX_WORK:
-        raise ValueError(f"{_typed(mech, k)}={show(getattr(mech, k, None))} on {len(train):,} ratings is about {total(mech):.1e} "
-                         f"multiply-adds (more than {MAX_WORK:.0e}, weeks of computing): {_way(mech, k)}")
+        raise ValueError(f"{_typed(mech, k)}={show(getattr(mech, k, None))} on these ratings makes more than {MAX_WORK:.0e} "
+                         f"multiply-adds (weeks of computing): {_way(mech, k)}")   # no count of the ratings: private
     warnings.warn(LongFitWarning(f"{mech.name}: {_typed(mech, k)}={show(getattr(mech, k, None))} on these ratings makes more than "
                                  f"{LONG_WORK:.0e} multiply-adds (ten minutes or more at about 1e9 a second); it runs on: "
                                  f"{_way(mech, k)} for a shorter fit"), stacklevel=4)

@@ -36,13 +36,13 @@ def user_step(ratings: Ratings, V, c, m0: float, reg: float, csr=None) -> tuple[
     return U, b
 
 # %% ../../nbs/10_dpals.ipynb #619c0483
-def item_statistics(indptr, users, x, U, m0: float = 0.0, c=None, b=None, dots=None, clip: float = math.inf) -> tuple[np.ndarray, np.ndarray]:
-    "Per item j (ratings grouped by item: indptr, users, ratings or targets x): A_j = Σ u_i u_iᵀ and β_j = Σ x'_ij u_i, float64, the target x'_ij = clip(x_ij − m0 − c_j − b_i − dots, ±`clip`) formed in the kernel (by default x' = x) — the normal-equation kernel of 03_hua_dpmf with no ridge."
+def item_statistics(indptr, users, x, U, m0: float = 0.0, c=None, b=None, dots=None, clip: float = math.inf, weights=None) -> tuple[np.ndarray, np.ndarray]:
+    "Per item j (ratings grouped by item: indptr, users, ratings or targets x): A_j = Σ w_ij u_i u_iᵀ and β_j = Σ w_ij x'_ij u_i, float64, the target x'_ij = clip(x_ij − m0 − c_j − b_i − dots, ±`clip`) formed in the kernel (by default x' = x), w_ij = `weights` (None: 1) — the normal-equation kernel of 03_hua_dpmf with no ridge."
     U, x = np.ascontiguousarray(U, np.float64), np.asarray(x)
     m, d = len(indptr) - 1, U.shape[1]
     A, beta = np.empty((m, d, d)), np.empty((m, d))
     normal_equations(np.asarray(indptr, np.int64), np.asarray(users, np.int32), x if x.dtype in (np.float32, np.float64) else x.astype(np.float64),
-                      U, 0.0, A, beta, m0, None if c is None else np.asarray(c, np.float64), b, dots, clip)
+                      U, 0.0, A, beta, m0, None if c is None else np.asarray(c, np.float64), b, dots, clip, weights)
     return A, beta
 
 
@@ -139,7 +139,11 @@ DPALS.card = Card(paper="dpals", notebook="10_dpals",
                      "ICML 2021",
             role="contender", unit="user", guaranteed={}, at=0, paper_at=6,
             rows=(Contender("dpals", "dpals", "user", {},
-                            grid_of(reg=(100.0, 1000.0), count_share=(0.3, 0.8), d=(2, 5), max_norm=(0.1, 0.3))),),
+                            grid_of(reg=(100.0, 1000.0), count_share=(0.3, 0.8), d=(2, 5), max_norm=(0.1, 0.3))),
+                  Contender("dpals, tail sampling", "dpals", "user", {"sampling": "tail"},
+                            grid_of(reg=(100.0, 1000.0), count_share=(0.3, 0.8), d=(2, 5), max_norm=(0.1, 0.3))),
+                  Contender("dpals (d = 8, T = 2, τ = 100: Google's ML-10M setting at ε = 1)", "dpals", "user",
+                            {"d": 8, "epochs": 2, "max_ratings": 100}, grid_of(reg=(100.0, 1000.0), max_norm=(0.1, 0.3)))),
             user_rows=(Contender("dpals", "dpals", "user", {"d": 5, "max_norm": 0.3, "max_ratings": 50},
                                  grid_of(reg=(100.0, 1000.0), count_share=(0.3, 0.8))),),
             paper_rows=(("dpals", "user", 1.0),),
@@ -200,10 +204,15 @@ def privacy_events(self: DPALS, train: Ratings, z0: float, z: float) -> Release:
                           "analytic conversion (Balle & Wang 2018); the PrivacyAccountant's RDP bound: epsilon <= {rdp:.4g}"))
 
 # %% ../../nbs/10_dpals.ipynb #ace122e8
-def by_item(train: Ratings, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    "The ratings the boolean mask `kept` marks, grouped by item, in rating order within an item: (indptr, user, rating) — a stable counting sort of the kept positions."
+def by_item(train: Ratings, kept: np.ndarray, *extra) -> tuple:
+    "The ratings the boolean mask `kept` marks, grouped by item, in rating order within an item: (indptr, user, rating, *each of `extra` in that order) — a stable counting sort of the kept positions."
     ptr, order = group_by(train.item, train.n_items, mask=kept)
-    return ptr, take(train.user, order), take(train.rating, order)
+    return (ptr, take(train.user, order), take(train.rating, order), *(take(e, order) for e in extra))
+
+@patch
+def rating_weights(self: DPALS, train: Ratings, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    "(kept, w): the boolean mask of the ratings that enter the rounds' statistics and one weight per rating (None: each weighs 1) — here each user's τ kept ratings (`kept_ratings`), unweighted; a variant that spends the budget otherwise changes only this."
+    return self.kept_ratings(train, counts), None
 
 def item_codes(indptr) -> np.ndarray:
     "The item of each position of a grouping by item."
@@ -215,7 +224,8 @@ def _fit(self: DPALS, train: Ratings, progress: bool = False) -> Factors:
     clip_r = (hi - lo) / 2 if self.clip_rating is None else self.clip_rating
     z0, z = noise_multipliers(self.epsilon, self.delta, self.epochs, self.count_share)
     c, counts = self.offsets(train, m0, z0 * bias_sensitivity(self.max_ratings, self.neighbouring))
-    ptr, ku, kr = by_item(train, self.kept_ratings(train, counts))
+    kept, weights = self.rating_weights(train, counts)
+    ptr, ku, kr, *kw = by_item(train, kept, *(() if weights is None else (weights,)))
     csr = to_csr(train.user, train.item, train.rating, train.n_users)     # each device's ratings, grouped once
     delta_w, noise, c32 = dpals_sensitivity(self.max_ratings, self.neighbouring), self.rng(5), c.astype(np.float32)
     sA, sb = z * delta_w * self.max_norm ** 2, z * delta_w * self.max_norm * clip_r
@@ -225,7 +235,7 @@ def _fit(self: DPALS, train: Ratings, progress: bool = False) -> Factors:
     for t in range(self.epochs):
         U, b = user_step(train, np.c_[V, Xl], c32, m0, self.reg_local, csr)       # on each device
         dots = row_dots(U[:, self.d:], Xl, ku, item_codes(ptr)) if Xl.shape[1] else None    # each user's own feature fit
-        stats = item_statistics(ptr, ku, kr, clip_rows(U[:, :self.d], self.max_norm), m0, c, b, dots, clip_r)   # targets clipped to ±Γ_r
+        stats = item_statistics(ptr, ku, kr, clip_rows(U[:, :self.d], self.max_norm), m0, c, b, dots, clip_r, *kw)   # targets clipped to ±Γ_r
         A, beta = noisy_statistics(*stats, sA, sb, noise)                  # released
         A, beta = with_public_features(A, beta, X, V, self.feature_weight)   # public: no privacy cost
         V = solve_items(A, beta, self.reg * (counts + 1.0) ** self.reg_exponent).astype(np.float32)

@@ -141,17 +141,19 @@ def _variants(contenders, public_tuning: bool) -> list:
 
 def compare_epsilons(ratings: Ratings, epsilons=(0.1, 1.0, 10.0), seeds=(0, 1, 2), split_seed: int = 0,
                      contenders=CONTENDERS, progress: bool = True, splits: int = 1, public_tuning: bool = True,
-                     standin: Ratings | None = None, slice_epsilon: float = 10.0, dask=None) -> pd.DataFrame:
+                     standin: Ratings | None = None, slice_epsilon: float = 10.0, dask=None, others=None) -> pd.DataFrame:
     """One row per (contender, ε), then the baselines and the mechanisms with no guarantee (ε None), over `splits` random
     80/10/10 splits (seeds `split_seed`, `split_seed` + 2, ...). With `public_tuning`, each contender with a grid has a second
     row whose grid point is chosen on `standin` (default `public_standin(ratings)`). A contender that raises gets a row with
     its `error`. Rows that need public item features are left out when `ratings` has none they can use (`runnable`;
 `df.attrs['left_out']` says which and why). Every row but the floor carries its margin over the floor with a paired 95 % interval over test users, noise
     seeds and splits (`margin`, `margin_lo`, `margin_hi`), its test RMSE on each split, and per popularity slice (`slices`).
-    `dask`: a `dask.distributed.Client` to run the fits on (None: here, one after another)."""
+    `dask`: a `dask.distributed.Client` to run the fits on (None: here, one after another). `others`: the labels of the baselines and
+    no-guarantee rows to run beside (None: all of them; the release-nothing ones always run: the floor is chosen among them)."""
     splits = check_int("splits", splits, 1)
     kept, left_out = runnable((*contenders, *BASELINES, *NO_GUARANTEE), ratings)   # no usable item feature: the rows that need one go
-    contenders, rest = tuple(c for c in contenders if c in kept), tuple(c for c in BASELINES + NO_GUARANTEE if c in kept)
+    wanted = lambda c: others is None or c.label in others or c.label in RELEASE_NOTHING
+    contenders, rest = tuple(c for c in contenders if c in kept), tuple(c for c in BASELINES + NO_GUARANTEE if c in kept and wanted(c))
     tune_on = three_way_split(standin if standin is not None else public_standin(ratings), 0)[:2] if public_tuning else None
     parts = [three_way_split(ratings, split_seed + 2 * k) for k in range(splits)]
     jobs = [(c, e, pub) for c, pub in _variants(contenders, public_tuning) for e in epsilons] + \

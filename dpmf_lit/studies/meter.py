@@ -210,6 +210,9 @@ METER = {  # the settings each mechanism is metered at: small τ (the meter's us
     "user-mean": [dict()], "user-features": [dict()],
     "dp-bias-features": [dict(max_ratings=3, prior_share=0.5), dict(max_ratings=3, prior_share=0.5, neighbouring="add_remove", mean=1.0),
                          dict(max_ratings=3, prior_share=0.5, max_norm=1e-3)],   # B small: the clip binds for every user, as in DPALS' settings
+    "dpals-adaptive": [dict(max_ratings=3, max_norm=1e-3, clip_rating=0.1, reg=0.01, count_share=0.2),
+                       dict(max_ratings=3, max_norm=1e-3, clip_rating=0.1, reg=0.01, count_share=0.2, weight_exponent=0.0),
+                       dict(max_ratings=3, max_norm=1e-3, clip_rating=0.1, reg=0.01, count_share=0.2, neighbouring="add_remove", mean=1.0)],
 }
 
 

@@ -13,7 +13,7 @@ from .meter import swapped, resolve_target
 from .meter_others import problems
 
 # %% auto #0
-__all__ = ['B', 'D', 'P', 'C', 'S', 'MUTANTS', 'Mutant', 'mutated', 'kill_table']
+__all__ = ['B', 'D', 'P', 'C', 'S', 'A', 'MUTANTS', 'Mutant', 'mutated', 'kill_table']
 
 # %% ../../nbs/12c_privacy_mutants.ipynb #6e499906
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ def mutated(m: Mutant):
 # %% ../../nbs/12c_privacy_mutants.ipynb #2ef98434
 B, D, P = "dpmf_lit.papers.baselines", "dpmf_lit.papers.dpals", "dpmf_lit.papers.public"
 C, S = "dpmf_lit.studies.compare", "dpmf_lit.studies.compare_stats"
+A = "dpmf_lit.papers.dpals_adaptive"
 MUTANTS = (
     Mutant("dp-bias", "noise on the item totals halved", f"{B}:release_item_totals", "np.array([[half * sigma], [sigma]])", "np.array([[half * sigma / 2], [sigma / 2]])"),
     Mutant("dp-bias", "centred ratings not clipped", f"{B}:item_totals", "float(mean), half, ratings.n_items)", "float(mean), np.inf, ratings.n_items)"),
@@ -69,7 +70,7 @@ MUTANTS = (
     Mutant("dpals", "noise on the right-hand sides halved", f"{D}:noisy_statistics", "gaussian_release(beta, sigma_beta,", "gaussian_release(beta, sigma_beta / 2,"),
     Mutant("dpals", "noise on the Gram matrices halved", f"{D}:noisy_statistics", "gaussian_release(A, sigma_A,", "gaussian_release(A, sigma_A / 2,"),
     Mutant("dpals", "user rows not clipped to Γ_u", f"{D}:DPALS._fit", "clip_rows(U[:, :self.d], self.max_norm)", "U[:, :self.d].astype(np.float64)"),
-    Mutant("dpals", "residuals not clipped to Γ_r", f"{D}:DPALS._fit", "m0, c, b, dots, clip_r)", "m0, c, b, dots, np.inf)"),
+    Mutant("dpals", "residuals not clipped to Γ_r", f"{D}:DPALS._fit", "m0, c, b, dots, clip_r, *kw)", "m0, c, b, dots, np.inf, *kw)"),
     Mutant("dpals", "trimming to τ ratings a user ignored in the rounds", f"{D}:DPALS.kept_ratings", "return keep_mask(train.user, self.max_ratings, self.rng(3), train.n_users, item=train.item, **tail)", "return np.ones(len(train), np.bool_)"),
     Mutant("dpals", "replace sensitivity taken as the add/remove one, √(2τ)", f"{D}:dpals_sensitivity", "else 4.5", "else 2.0"),
     Mutant("dpals", "the count release left out of the composition", f"{D}:noise_multipliers", "math.sqrt(rounds) / (mu * math.sqrt(1.0 - share))", "math.sqrt(rounds) / mu",
@@ -79,6 +80,16 @@ MUTANTS = (
     Mutant("dpals", "the same noise seed in every round", f"{D}:DPALS._fit", "sA, sb, noise)", "sA, sb, self.rng(5))"),
     Mutant("dpals", "the rounds' noise seed reused from the count release", f"{D}:DPALS._fit", "noise, c32 = dpals_sensitivity(self.max_ratings, self.neighbouring), self.rng(5)",
            "noise, c32 = dpals_sensitivity(self.max_ratings, self.neighbouring), self.rng(2)"),
+    Mutant("dpals-adaptive", "each user's squared weights summing to 2τ, not τ", f"{A}:adaptive_weights", "np.sqrt(budget * q / per_user[user])", "np.sqrt(2 * budget * q / per_user[user])"),
+    Mutant("dpals-adaptive", "each user's budget τ + 1", f"{A}:AdaptiveDPALS.rating_weights", "train.n_users, self.max_ratings, self.weight_exponent)", "train.n_users, self.max_ratings + 1, self.weight_exponent)"),
+    Mutant("dpals-adaptive", "every rating kept at weight 1 (the budget ignored)", f"{A}:AdaptiveDPALS.rating_weights",
+           "return np.ones(len(train), np.bool_), adaptive_weights(", "return np.ones(len(train), np.bool_), None; adaptive_weights("),
+    # DPALS's own code, which the adaptive fit runs: each must be caught by the adaptive meter too (tests/test_adaptive.py)
+    Mutant("dpals-adaptive", "noise on the weighted statistics halved", f"{D}:noisy_statistics", "gaussian_release(A, sigma_A,", "gaussian_release(A, sigma_A / 2,",
+           ((f"{D}:noisy_statistics", "gaussian_release(beta, sigma_beta,", "gaussian_release(beta, sigma_beta / 2,"),)),
+    Mutant("dpals-adaptive", "user rows not clipped to Γ_u", f"{D}:DPALS._fit", "clip_rows(U[:, :self.d], self.max_norm)", "U[:, :self.d].astype(np.float64)"),
+    Mutant("dpals-adaptive", "residuals not clipped to Γ_r", f"{D}:DPALS._fit", "m0, c, b, dots, clip_r, *kw)", "m0, c, b, dots, np.inf, *kw)"),
+    Mutant("dpals-adaptive", "replace sensitivity taken as the add/remove one, √(2τ)", f"{D}:dpals_sensitivity", "else 4.5", "else 2.0"),
     Mutant("dp-bias-features", "the users' coefficients not clipped to B", f"{P}:release_prior", "s = clip_rows(theta, max_norm).sum(0)", "s = theta.sum(0)"),
     Mutant("dp-bias-features", "noise on the prior halved", f"{P}:release_prior", "gaussian_release(s, sigma,", "gaussian_release(s, sigma / 2,"),
     Mutant("dp-bias-features", "the prior's sensitivity taken as B, not 2B", f"{P}:DPBiasFeatures._fit", "sens = 2.0 * self.max_norm", "sens = self.max_norm"),
