@@ -281,8 +281,26 @@ def test_readme_follows_the_index_notebook(tmp_path):
     assert site.write_readme(tmp_path).read_text(encoding="utf-8") == text
 
 
+def test_readme_is_a_front_door():
+    "At most 150 lines: the site-only sections left out, the comparisons brief (answer, figure, link), every named heading real."
+    import nbformat
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 150, f"README.md has {len(text.splitlines())} lines"
+    index = [c.source for c in nbformat.read(ROOT / "nbs" / "index.ipynb", as_version=4).cells if c.cell_type == "markdown"]
+    headings = {site._heading(s) for s in index}
+    missing = [h for h in (*site.README_OMIT, *site.README_BRIEF) if h not in headings]
+    assert not missing, f"README_OMIT / README_BRIEF name headings nbs/index.ipynb does not have: {missing}"
+    for h in site.README_OMIT: assert f"\n{h}\n" not in text, h
+    for h, (notebook, figure) in site.README_BRIEF.items():
+        section = text[text.index(f"\n{h}\n") + 1:].split("\n## ")[0]
+        assert "**The answer.**" in section and f"]({figure})" in section and f"](nbs/{notebook})" in section, h
+        assert "\n|" not in section, f"{h}: a table in the README's brief section"
+    for target in re.findall(r"\]\(((?:nbs|figures)/[^)#]+)", text): assert (ROOT / target).exists(), target
+
+
 def test_papers_table_says_what_reproduced_and_what_did_not():
-    text = (ROOT / "README.md").read_text()
+    import nbformat
+    text = "\n".join(c.source for c in nbformat.read(ROOT / "nbs" / "index.ipynb", as_version=4).cells)
     section = text[text.index("## The papers"):].split("\n## ")[0]
     status = {l.split("|")[1].strip(" `"): l.split("|")[-2] for l in section.splitlines() if l.startswith("| `")}
     assert set(status) == {"hua", "pdp", "sgld", "gauss", "xin", "dpals", "public"}

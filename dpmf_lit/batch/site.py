@@ -12,9 +12,10 @@ from pathlib import Path
 from ..core.checks import UserError, atomic_write
 
 # %% auto #0
-__all__ = ['README_NOTE', 'process_site', 'show_doc_renderer', 'notebook_aliases', 'add_aliases', 'check_site', 'formula_cells',
-           'shows_source', 'mathjax_dir', 'preview', 'find_chromium', 'browser_status', 'page_problems', 'build_docs',
-           'readme_text', 'write_readme', 'ListEveryModule', 'main']
+__all__ = ['README_NOTE', 'README_OMIT', 'README_BRIEF', 'README_ANSWERS', 'process_site', 'show_doc_renderer',
+           'notebook_aliases', 'add_aliases', 'check_site', 'formula_cells', 'shows_source', 'mathjax_dir', 'preview',
+           'find_chromium', 'browser_status', 'page_problems', 'build_docs', 'readme_text', 'write_readme',
+           'ListEveryModule', 'main']
 
 # %% ../../nbs/94_site.ipynb #d2420a9a
 _BUILD_PARTS = ("_proc", "_docs", "_site", "pyproject.toml")
@@ -507,13 +508,30 @@ def _relink(text: str, nbs: Path, root: Path) -> str:
     text = _MD_LINK.sub(md_link, text)
     return _IMG_TAG.sub(lambda m: m.group(0).replace(m.group(1), fix(m.group(1))), text)
 
+README_OMIT = ("## The `dpmf` command", "## The papers", "## The notebooks", "## Repository", "## Figures")  # site only
+README_BRIEF = {   # heading: (the notebook with the tables, the figure the README shows)
+    "## Which mechanism, at which ε": ("11_compare.ipynb", "figures/compare/compare_epsilon.png"),
+    "## Ranking new users at equal privacy": ("11c_compare_ranking.ipynb", "figures/compare/compare_ranking_ml20m_shape.png")}
+README_ANSWERS = ("**The answer.**", "**At MovieLens")   # the paragraphs a brief section keeps
+
+def _heading(source: str) -> str: return source.lstrip().split("\n", 1)[0].strip()
+
+def _brief(source: str, notebook: str, figure: str) -> str:
+    "A section as the README shows it: its heading, its answer paragraphs, its figure, and where its tables are."
+    head, _, body = source.strip().partition("\n")
+    answers = [p.strip() for p in body.split("\n\n") if p.strip().startswith(README_ANSWERS)]
+    return "\n\n".join([head, *answers, f"![{head.lstrip('# ')}]({figure})",
+                         f"The tables, their intervals and every row: [{Path(notebook).stem}]({notebook}) and the site's home page."])
+
 def _readme_cells(cells) -> list:
-    "The cells the README shows: no raw or `#| hide` cells, no `#|` directive lines."
+    "The cells the README shows: no raw or `#| hide` cells, no `#|` directive lines; `README_OMIT` left out, `README_BRIEF` brief."
     out = []
     for c in cells:
         lines = c.source.splitlines()
         if c.cell_type == "raw" or any(l.startswith("#|") and l[2:].split()[:1] == ["hide"] for l in lines): continue
         c.source = "\n".join(l for l in lines if not l.startswith("#|")).strip("\n")
+        if c.cell_type == "markdown" and _heading(c.source) in README_OMIT: continue
+        if c.cell_type == "markdown" and _heading(c.source) in README_BRIEF: c.source = _brief(c.source, *README_BRIEF[_heading(c.source)])
         out.append(c)
     return out
 
