@@ -92,3 +92,22 @@ def test_float64_factors_are_refused():
     with pytest.raises(TypeError, match="X must be a 2-d float32"): ridge_sweep(*csr, X.astype(np.float64), Y, bx, by, 3.0, 1.0, 1.0)
     with pytest.raises(ValueError, match="columns"): ridge_sweep(*csr, X, Y[:, :2].copy(), bx, by, 3.0, 1.0, 1.0)
     with pytest.raises(ValueError, match="sweeps"): sweep_speed(synthetic(50, 20, 300, seed=0), 2, sweeps=0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 9), st.booleans(), st.booleans(), st.sampled_from([np.inf, 0.7]))
+def test_blocked_statistics_are_normal_equations(seed, d, offsets, weighted, clip):
+    "Every option of `normal_equations` (offsets, per-rating dots, clip, weights), items with 0 to 13 raters: the same sums."
+    from dpmf_lit.model.als import blocked_normal_equations
+    from dpmf_lit.model.linalg import normal_equations
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, 14, 9); ptr = np.r_[0, np.cumsum(counts)].astype(np.int64); n = int(ptr[-1])
+    users = rng.integers(0, 11, n).astype(np.int32); vals = rng.uniform(1, 5, n).astype(np.float32)
+    U = rng.standard_normal((11, d))
+    kw = dict(m0=3.0, c_item=rng.normal(size=9), b_user=rng.normal(size=11), dots=rng.normal(size=n)) if offsets else {}
+    if weighted: kw["weights"] = rng.uniform(0, 2, n)
+    out = [(np.empty((9, d, d)), np.empty((9, d))) for _ in range(2)]
+    normal_equations(ptr, users, vals, U, 0.3, *out[0], clip=clip, **kw)
+    blocked_normal_equations(ptr, users, vals, U, 0.3, *out[1], clip=clip, **kw)
+    np.testing.assert_allclose(out[1][0], out[0][0], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(out[1][1], out[0][1], rtol=1e-12, atol=1e-12)

@@ -1,7 +1,8 @@
 """The row solve every alternating-least-squares sweep repeats, two faster ways: the Gram matrix accumulated in
 blocks of four ratings (float32 inside a block of 64 ratings, float64 across blocks) before the same Cholesky solve,
-and a few conjugate-gradient steps warm-started at the current row, which never form the Gram matrix. Measured
-against the package's `als_sweep` in the batch entry `als-throughput`.
+and a few conjugate-gradient steps warm-started at the current row, which never form the Gram matrix; and the item side's released statistics
+accumulated in the same blocks in float64. Measured against `als_sweep` and `normal_equations` in the batch entry
+`als-throughput`.
 
 Docs: https://dpmf-lit.github.io/dpmf-lit/als.html.md"""
 
@@ -9,15 +10,18 @@ Docs: https://dpmf-lit.github.io/dpmf-lit/als.html.md"""
 
 # %% ../../nbs/01g_als.ipynb #a15e0003
 from __future__ import annotations
+import math
 import time
+import numba
 import numpy as np
 from numba import njit, prange
 from ..core.checks import check_choice, check_int
 from ..core.kernels import JIT, als_sweep, numba_threads, to_csr
 from ..data import Ratings
+from .linalg import item_index, normal_equations
 
 # %% auto #0
-__all__ = ['BLOCK', 'SOLVERS', 'ridge_sweep', 'sweep_speed']
+__all__ = ['BLOCK', 'SOLVERS', 'ridge_sweep', 'blocked_normal_equations', 'statistics_speed', 'sweep_speed']
 
 # %% ../../nbs/01g_als.ipynb #a15e0007
 BLOCK = 64   # ratings summed in float32 before the float64 total
@@ -164,10 +168,78 @@ def ridge_sweep(indptr, idx, val,        # the ratings by row (CSR, as `to_csr` 
     if solver == "cholesky": _ridge_cholesky(*args)
     else: _ridge_cg(*args, steps)
 
+# %% ../../nbs/01g_als.ipynb #a15e001a
+@njit(parallel=True, **JIT)
+def _statistics_blocked(ptr, bounds, users, vals, U, reg, m0, c_item, b_user, dots, clip, w, A, b):
+    d = A.shape[1]
+    for g in prange(bounds.shape[0] - 1):           # chunks of items holding about equal numbers of ratings
+        Wb = np.zeros((4, d)); Ub = np.zeros((4, d))   # four raters' w u_i and u_i
+        for j in range(bounds[g], bounds[g + 1]):
+            for a in range(d):
+                b[j, a] = 0.0
+                for e in range(a + 1): A[j, a, e] = 0.0
+            p, stop = ptr[j], ptr[j + 1]
+            while p < stop:
+                m = min(4, stop - p)
+                for q in range(4):
+                    if q < m:
+                        i = users[p + q]
+                        r = np.float64(vals[p + q]) - m0 - c_item[j] - np.float64(b_user[i])
+                        if dots.shape[0]: r -= dots[p + q]
+                        r = min(max(r, -clip), clip)
+                        wq = w[p + q] if w.shape[0] else 1.0
+                        for a in range(d):
+                            Ub[q, a] = U[i, a]; Wb[q, a] = U[i, a] * wq; b[j, a] += r * Wb[q, a]
+                    else:
+                        for a in range(d): Ub[q, a] = 0.0; Wb[q, a] = 0.0
+                for a in range(d):
+                    x0 = Wb[0, a]; x1 = Wb[1, a]; x2 = Wb[2, a]; x3 = Wb[3, a]
+                    for e in range(a + 1): A[j, a, e] += x0 * Ub[0, e] + x1 * Ub[1, e] + x2 * Ub[2, e] + x3 * Ub[3, e]
+                p += m
+            for a in range(d):
+                A[j, a, a] += reg
+                for e in range(a): A[j, e, a] = A[j, a, e]
+
+# %% ../../nbs/01g_als.ipynb #a15e001b
+def _item_chunks(ptr, n: int) -> np.ndarray:
+    "Chunk bounds over n items, about equal numbers of ratings each, 8 chunks a thread."
+    cuts = np.searchsorted(ptr, np.linspace(0, ptr[-1], 8 * numba.get_num_threads() + 1), side="right") - 1
+    return np.unique(np.r_[0, np.clip(cuts, 0, n), n]).astype(np.int64)
+
+def blocked_normal_equations(ptr, users, vals, U, reg, A, b, m0=0.0, c_item=None, b_user=None, dots=None, clip=math.inf, weights=None):
+    "`normal_equations` (the same arguments and sums, into A and b) accumulated four raters at a time: only the summation order differs."
+    n = A.shape[0]
+    own = lambda a, k: np.zeros(k) if a is None else np.ascontiguousarray(a)
+    _statistics_blocked(ptr, _item_chunks(ptr, n), users, vals, U, float(reg), float(m0), own(c_item, n), own(b_user, U.shape[0]),
+                        own(dots, 0), float(clip), own(weights, 0).astype(np.float64), A, b)
+
 # %% ../../nbs/01g_als.ipynb #a15e0017
 def _rmse(r: Ratings, U, V, b, c, mu) -> float:
     e = mu + b[r.user] + c[r.item] + np.einsum("ij,ij->i", U[r.user], V[r.item]) - r.rating
     return float(np.sqrt(np.mean(e.astype(np.float64) ** 2)))
+
+def statistics_speed(r: Ratings,          # the ratings
+                     d: int,              # rank of the users' rows
+                     threads: int = 1,    # numba threads for both
+                     pairs: int = 5,      # (normal_equations, blocked_normal_equations) pairs timed alternately
+                     seed: int = 0,       # seed of the users' rows
+                     ) -> dict:
+    "Median ratio normal_equations / blocked_normal_equations of wall seconds for every item's A_j, b_j (DPALS's offsets and clip), interleaved."
+    d, threads, pairs = check_int("d", d, 1), check_int("threads", threads, 1), check_int("pairs", pairs, 1)
+    ptr, users, vals = item_index(r)
+    U = np.random.default_rng(seed).standard_normal((r.n_users, d)) / math.sqrt(d)
+    A, b = np.empty((r.n_items, d, d)), np.empty((r.n_items, d))
+    kw = dict(m0=float(np.mean(r.rating)), clip=2.0)
+    t = {normal_equations: [], blocked_normal_equations: []}
+    with numba_threads(threads):
+        for f in t: f(ptr, users, vals, U, 0.0, A, b, **kw)           # compile (or load the cache)
+        for _ in range(pairs):
+            for f in t:
+                t0 = time.perf_counter(); f(ptr, users, vals, U, 0.0, A, b, **kw); t[f].append(time.perf_counter() - t0)
+    ratio = [a / c for a, c in zip(t[normal_equations], t[blocked_normal_equations])]
+    return dict(d=d, threads=threads, pairs=pairs, wall_ratio=float(np.median(ratio)), wall_ratio_min=float(min(ratio)),
+                wall_ratio_max=float(max(ratio)), normal_equations_s=float(np.median(t[normal_equations])),
+                blocked_s=float(np.median(t[blocked_normal_equations])))
 
 def sweep_speed(r: Ratings,               # the ratings
                 d: int,                   # rank
