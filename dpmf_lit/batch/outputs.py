@@ -22,7 +22,7 @@ __all__ = ['STUDY_NOTEBOOKS', 'PAPER_NOTEBOOKS', 'OUTPUTS_FILE', 'KERNEL_ENV', '
            'store_outputs', 'outputs_status', 'format_outputs_status']
 
 # %% ../../nbs/92_stored_outputs.ipynb #4d5716ad
-STUDY_NOTEBOOKS = ("00f_stats", "00h_grouping", "01a_kernels", "01b_mechanism", "01c_vocabulary", "02_privacy",
+STUDY_NOTEBOOKS = ("00f_stats", "00h_grouping", "01a_kernels", "01b_mechanism", "01c_vocabulary", "01g_als", "02_privacy",
                    "04a_hua_attacks", "04b_fixed_point", "07a_sgld_checks", "10a_dpals_implicit", "11_compare", "11a_compare_stats", "11c_compare_ranking", "11d_compare_budgets",
                    "12_audit_bounds", "12_audit", "12a_privacy_meter", "12b_privacy_meter_others", "12c_privacy_mutants",
                    "12d_privacy_meter_public",
