@@ -119,29 +119,31 @@ def _ridge_cg(indptr, idx, val, X, Y, bx, by, mu, reg, reg_bias, use_bias, weigh
             continue
         w = n if weighted else 1.0
         lam, lam_b = np.float32(reg * w), np.float32(reg_bias * w)
-        z = np.zeros(k, np.float32); r = np.zeros(k, np.float32); p = np.empty(k, np.float32); Ap = np.empty(k, np.float32)
-        for a in range(d): z[a] = X[x, a]
-        if use_bias: z[d] = bx[x]
-        for q in range(start, stop):                   # r = b (the right-hand side)
+        z = np.zeros(k, np.float32); r = np.zeros(k, np.float32); M = np.zeros(k, np.float32)
+        s = np.empty(k, np.float32); p = np.empty(k, np.float32); Ap = np.empty(k, np.float32)
+        for a in range(d): z[a] = X[x, a]; M[a] = lam
+        if use_bias: z[d] = bx[x]; M[d] = lam_b
+        for q in range(start, stop):                   # r = b (the right-hand side), M = diag(A)
             j = idx[q]; t = val[q] - mu
             if use_bias: t -= by[j]
-            for a in range(d): r[a] += t * Y[j, a]
-            if use_bias: r[d] += t
+            for a in range(d):
+                r[a] += t * Y[j, a]; M[a] += Y[j, a] * Y[j, a]
+            if use_bias: r[d] += t; M[d] += 1.0
         _apply(idx, start, stop, Y, use_bias, lam, lam_b, z, Ap)
-        rr = 0.0
+        rs = 0.0
         for a in range(k):
-            r[a] -= Ap[a]; p[a] = r[a]; rr += np.float64(r[a]) * r[a]
-        for s in range(steps):
-            if rr <= 1e-20: break
+            r[a] -= Ap[a]; s[a] = r[a] / M[a]; p[a] = s[a]; rs += np.float64(r[a]) * s[a]
+        for i in range(steps):
+            if rs <= 1e-20: break
             _apply(idx, start, stop, Y, use_bias, lam, lam_b, p, Ap)
             pAp = 0.0
             for a in range(k): pAp += np.float64(p[a]) * Ap[a]
             if pAp <= 0.0: break
-            alpha = rr / pAp; rn = 0.0
+            alpha = rs / pAp; rn = 0.0
             for a in range(k):
-                z[a] += alpha * p[a]; r[a] -= alpha * Ap[a]; rn += np.float64(r[a]) * r[a]
-            beta = rn / rr; rr = rn
-            for a in range(k): p[a] = r[a] + beta * p[a]
+                z[a] += alpha * p[a]; r[a] -= alpha * Ap[a]; s[a] = r[a] / M[a]; rn += np.float64(r[a]) * s[a]
+            beta = rn / rs; rs = rn
+            for a in range(k): p[a] = s[a] + beta * p[a]
         for a in range(d): X[x, a] = z[a]
         if use_bias: bx[x] = z[d]
 
@@ -156,7 +158,7 @@ def ridge_sweep(indptr, idx, val,        # the ratings by row (CSR, as `to_csr` 
                 reg_bias: float,         # ridge λ_b of the bias
                 use_bias: bool = True,   # solve the bias jointly (False: no bias column)
                 weighted: bool = False,  # ridge λ n_x (ALS-WR) instead of λ
-                solver: str = "cholesky",   # 'cholesky' (exact) or 'cg' (warm-started conjugate gradients)
+                solver: str = "cholesky",   # 'cholesky' (exact) or 'cg' (warm-started, Jacobi-preconditioned conjugate gradients)
                 steps: int = 3,          # conjugate-gradient steps per row (solver='cg')
                 ) -> None:
     "Update every row of X (and bx) by its ridge solve for fixed Y: exactly (blocked Gram, Cholesky) or by `steps` warm-started CG steps."
