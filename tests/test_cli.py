@@ -655,3 +655,14 @@ def test_after_the_warm_up_a_first_fit_compiles_nothing(tmp_path):
     assert p.returncode == 0 and "numba compiling" not in p.stdout, p.stdout + p.stderr
     rep = json.loads(dpmf("fit", "dp-bias", "--dataset", ratings, "--format", "movielens-100k", "--json", env=env).stdout)
     assert rep["compile_seconds"] == 0.0
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["reproduce", "--help"], ["data", "--help"]])
+def test_help_imports_no_paper_and_no_accountant(argv):
+    "An import-graph check, not a timer: the top-level help and the commands that list no mechanism import no paper module, no dp_accounting, no numba."
+    code = ("import io, contextlib, sys\nfrom dpmf_lit.cli.main import main\n"
+            f"with contextlib.redirect_stdout(io.StringIO()):\n    try: main({argv!r})\n    except SystemExit: pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('dpmf_lit.papers') or m.split('.')[0] in ('dp_accounting', 'numba')))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]", f"dpmf {' '.join(argv)} imports {p.stdout.strip()}"
