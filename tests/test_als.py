@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 from dpmf_lit.core.kernels import als_sweep, to_csr
-from dpmf_lit.model.als import BLOCK, ridge_sweep, sweep_speed
+from dpmf_lit.model.als import BLOCK, ridge_sweep, solve_where_pd, sweep_speed
 from dpmf_lit.data.synthetic import synthetic
 
 
@@ -111,3 +111,49 @@ def test_blocked_statistics_are_normal_equations(seed, d, offsets, weighted, cli
     blocked_normal_equations(ptr, users, vals, U, 0.3, *out[1], clip=clip, **kw)
     np.testing.assert_allclose(out[1][0], out[0][0], rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(out[1][1], out[0][1], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("d", [1, 3, 16, 19, 33])
+def test_cholesky_sweep_matches_als_sweep_at_every_width(d):
+    "The padded vector width (d → a multiple of 16) and the triangle above SQUARE give als_sweep's rows, empty rows 0."
+    r = synthetic(200, 60, 3000, seed=d)
+    csr = to_csr(r.user, r.item, r.rating, r.n_users + 3)          # three users with no ratings
+    g = np.random.default_rng(d)
+    V, c = (0.3 * g.standard_normal((r.n_items, d))).astype(np.float32), (0.1 * g.standard_normal(r.n_items)).astype(np.float32)
+    U1, U2 = np.ones((r.n_users + 3, d), np.float32), np.ones((r.n_users + 3, d), np.float32)
+    b1, b2 = np.ones(r.n_users + 3, np.float32), np.ones(r.n_users + 3, np.float32)
+    als_sweep(*csr, U1, V, b1, c, np.float32(3.5), 0.5, 2.0, True, False)
+    ridge_sweep(*csr, U2, V, b2, c, 3.5, 0.5, 2.0)
+    assert np.abs(U1 - U2).max() < 1e-4 * max(1.0, np.abs(U1).max()) and np.abs(b1 - b2).max() < 1e-4
+    assert not U2[-3:].any() and not b2[-3:].any()
+
+
+def test_singular_rows_are_nan_not_garbage():
+    "With no ridge and fewer ratings than unknowns the system is singular: the row says so (NaN) instead of a number."
+    r = synthetic(50, 40, 400, seed=1)
+    csr = to_csr(r.user, r.item, r.rating, r.n_users)
+    V = np.random.default_rng(0).standard_normal((r.n_items, 12)).astype(np.float32)
+    U, b = np.zeros((r.n_users, 12), np.float32), np.zeros(r.n_users, np.float32)
+    ridge_sweep(*csr, U, V, b, np.zeros(r.n_items, np.float32), 3.0, 0.0, 0.0)
+    few = np.diff(csr[0]) < 13
+    assert few.any() and np.isnan(U[few]).all() and np.isfinite(U[~few]).all()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 9), st.integers(1, 70), st.floats(0.1, 20.0), st.integers(0, 2**31 - 1))
+def test_solve_items_is_the_projected_solve(k, m, noise, seed):
+    "DPALS's item solve (Cholesky where the released matrix is PD, eigh elsewhere) equals the eigendecomposition's solve for every item."
+    from dpmf_lit.papers.dpals import solve_items
+    g = np.random.default_rng(seed)
+    X = g.standard_normal((m, 3 * k, k)); A = np.einsum("mqa,mqe->mae", X, X) + g.normal(0, noise, (m, k, k))
+    A = (A + A.transpose(0, 2, 1)) / 2; beta = g.standard_normal((m, k)); lam = g.uniform(0.5, 3.0, m)
+    w, Q = np.linalg.eigh(A)
+    want = np.einsum("mab,mb->ma", Q, np.einsum("mba,mb->ma", Q, beta) / (np.maximum(w, 0) + lam[:, None]))
+    np.testing.assert_allclose(solve_items(A, beta, lam), want, rtol=1e-8, atol=1e-8)
+    V, pd = solve_where_pd(A, beta, lam)
+    clear = np.abs(w.min(1)) > 1e-6 * np.abs(w).max(1)                 # away from the boundary, the PD test is exact
+    assert (pd[clear] == (w.min(1) > 0)[clear]).all()
+
+
+def test_solve_where_pd_refuses_bad_shapes():
+    with pytest.raises(ValueError, match="beta"): solve_where_pd(np.zeros((3, 2, 2)), np.zeros((3, 3)), 1.0)

@@ -16,83 +16,111 @@ import numba
 import numpy as np
 from numba import njit, prange
 from ..core.checks import check_choice, check_int
-from ..core.kernels import JIT, als_sweep, numba_threads, to_csr
+from ..core.kernels import JIT, als_sweep, numba_threads, prefetch_item, prefetch_row, to_csr
 from ..data import Ratings
 from .linalg import item_index, normal_equations
 
 # %% auto #0
-__all__ = ['BLOCK', 'SOLVERS', 'ridge_sweep', 'blocked_normal_equations', 'statistics_speed', 'sweep_speed']
+__all__ = ['BLOCK', 'SQUARE', 'SOLVERS', 'ridge_sweep', 'blocked_normal_equations', 'solve_where_pd', 'statistics_speed',
+           'sweep_speed']
 
 # %% ../../nbs/01g_als.ipynb #a15e0007
-BLOCK = 64   # ratings summed in float32 before the float64 total
+BLOCK = 64    # ratings summed in float32 before the float64 total
+SQUARE = 32   # up to this d the whole square of y yᵀ is summed; above, its lower triangle
 
 @njit(**JIT)
-def _gram_block(idx, val, p, stop, Y, by, mu, use_bias, k, A, rhs, g0, g1, g2, g3):
-    "Add the lower triangle of Σ g_j g_jᵀ and Σ t_j g_j over ratings p..stop-1 (at most BLOCK) into float32 A, rhs."
-    d = Y.shape[1]
-    while p + 4 <= stop:
-        j0 = idx[p]; j1 = idx[p + 1]; j2 = idx[p + 2]; j3 = idx[p + 3]
-        t0 = val[p] - mu; t1 = val[p + 1] - mu; t2 = val[p + 2] - mu; t3 = val[p + 3] - mu
-        if use_bias: t0 -= by[j0]; t1 -= by[j1]; t2 -= by[j2]; t3 -= by[j3]
-        for a in range(d):
-            g0[a] = Y[j0, a]; g1[a] = Y[j1, a]; g2[a] = Y[j2, a]; g3[a] = Y[j3, a]
-        for a in range(k):
-            a0 = g0[a]; a1 = g1[a]; a2 = g2[a]; a3 = g3[a]
-            rhs[a] += t0 * a0 + t1 * a1 + t2 * a2 + t3 * a3
-            for e in range(a + 1):
-                A[a, e] += a0 * g0[e] + a1 * g1[e] + a2 * g2[e] + a3 * g3[e]
-        p += 4
+def _gram4(idx, val, p, stop, Y, by, mu, use_bias, G, r, s, g, t4):
+    "G += Σ y_j y_jᵀ, r += Σ t_j y_j, s += Σ y_j over ratings p..stop-1 (≤ BLOCK), four at a time in float32; returns Σ t_j. G, r, s and the four rows g have w ≥ d columns, those beyond d zero: the vector loops run over w, a multiple of 16."
+    d = Y.shape[1]; w = g.shape[1]; tsum = np.float32(0.0)
     while p < stop:
-        j0 = idx[p]; t0 = val[p] - mu
-        if use_bias: t0 -= by[j0]
-        for a in range(d): g0[a] = Y[j0, a]
-        for a in range(k):
-            a0 = g0[a]; rhs[a] += t0 * a0
-            for e in range(a + 1): A[a, e] += a0 * g0[e]
-        p += 1
+        m = min(4, stop - p)
+        for q in range(4):
+            if q < m:
+                j = idx[p + q]; t = val[p + q] - mu
+                if use_bias: t -= by[j]
+                for e in range(d): g[q, e] = Y[j, e]
+                t4[q] = t
+            else:
+                for e in range(w): g[q, e] = 0.0
+                t4[q] = 0.0
+        t0 = t4[0]; t1 = t4[1]; t2 = t4[2]; t3 = t4[3]
+        tsum += t0 + t1 + t2 + t3
+        for e in range(w):
+            r[e] += t0 * g[0, e] + t1 * g[1, e] + t2 * g[2, e] + t3 * g[3, e]
+            s[e] += g[0, e] + g[1, e] + g[2, e] + g[3, e]
+        for a in range(d):
+            a0 = g[0, a]; a1 = g[1, a]; a2 = g[2, a]; a3 = g[3, a]
+            for e in range(w if d <= SQUARE else a + 1): G[a, e] += a0 * g[0, e] + a1 * g[1, e] + a2 * g[2, e] + a3 * g[3, e]
+        p += m
+    return tsum
 
 # %% ../../nbs/01g_als.ipynb #a15e0009
 @njit(**JIT)
-def _solve_spd(A, z, k):
-    "z ← A⁻¹ z for the SPD matrix A given by its lower triangle, which becomes L (A = LLᵀ, row by row, Ly = z fused)."
+def _cholesky_lanes(A, z, k, nb, s, ok):
+    "For every lane l < nb: A[:, :, l] (SPD, lower triangle read) becomes its factor L and z[:, l] ← A⁻¹ z[:, l]; ok[l] = False where a pivot is not > 0 (that lane's result is not a solve)."
+    for l in range(nb): ok[l] = True
     for i in range(k):
         for j in range(i + 1):
-            s = A[i, j]
-            for l in range(j): s -= A[i, l] * A[j, l]
-            A[i, j] = np.sqrt(s) if i == j else s / A[j, j]
-        s = z[i]
-        for l in range(i): s -= A[i, l] * z[l]
-        z[i] = s / A[i, i]
-    for i in range(k - 1, -1, -1):                      # Lᵀ x = y
-        s = z[i]
-        for l in range(i + 1, k): s -= A[l, i] * z[l]
-        z[i] = s / A[i, i]
+            for l in range(nb): s[l] = A[i, j, l]
+            for m in range(j):
+                for l in range(nb): s[l] -= A[i, m, l] * A[j, m, l]
+            if i == j:
+                for l in range(nb):
+                    if not s[l] > 0.0: ok[l] = False; s[l] = 1.0
+                    A[i, i, l] = np.sqrt(s[l])
+            else:
+                for l in range(nb): A[i, j, l] = s[l] / A[j, j, l]
+        for m in range(i):
+            for l in range(nb): z[i, l] -= A[i, m, l] * z[m, l]
+        for l in range(nb): z[i, l] /= A[i, i, l]
+    for i in range(k - 1, -1, -1):
+        for m in range(i + 1, k):
+            for l in range(nb): z[i, l] -= A[m, i, l] * z[m, l]
+        for l in range(nb): z[i, l] /= A[i, i, l]
+
+@njit(**JIT)
+def _lanes(k: int) -> int:
+    "Rows a batch factors at once: 32, fewer at large k (the batch's k² × lanes float64 stays ≤ 128 KiB)."
+    return max(1, min(32, 16384 // (k * k)))
 
 # %% ../../nbs/01g_als.ipynb #a15e000b
 @njit(parallel=True, **JIT)
 def _ridge_cholesky(indptr, idx, val, X, Y, bx, by, mu, reg, reg_bias, use_bias, weighted):
     d = X.shape[1]; k = d + 1 if use_bias else d
-    for x in prange(X.shape[0]):
-        start = indptr[x]; stop = indptr[x + 1]; n = stop - start
-        if n == 0:
-            X[x, :] = 0
-            if use_bias: bx[x] = 0
-            continue
-        A32 = np.zeros((k, k), np.float32); r32 = np.zeros(k, np.float32)
-        A = np.zeros((k, k)); z = np.zeros(k)
-        g = np.ones((4, k), np.float32)                 # the bias column stays 1
-        for p in range(start, stop, BLOCK):
-            _gram_block(idx, val, p, min(p + BLOCK, stop), Y, by, mu, use_bias, k, A32, r32, g[0], g[1], g[2], g[3])
+    L = _lanes(k); n_rows = X.shape[0]
+    for c in prange((n_rows + L - 1) // L):                 # a batch of L rows
+        w8 = (d + 15) // 16 * 16                                  # the vector loops' width
+        G = np.empty((d, w8), np.float32); r = np.empty(w8, np.float32); sy = np.empty(w8, np.float32)
+        g = np.zeros((4, w8), np.float32); t4 = np.zeros(4, np.float32)
+        A = np.zeros((k, k, L)); z = np.zeros((k, L)); s = np.empty(L); ok = np.empty(L, np.bool_)
+        x0 = c * L; nb = min(L, n_rows - x0)
+        for l in range(nb):
+            start = indptr[x0 + l]; stop = indptr[x0 + l + 1]; n = stop - start
             for a in range(k):
-                z[a] += r32[a]; r32[a] = 0.0
-                for e in range(a + 1):
-                    A[a, e] += A32[a, e]; A32[a, e] = 0.0
-        w = n if weighted else 1.0
-        for a in range(d): A[a, a] += reg * w
-        if use_bias: A[d, d] += reg_bias * w
-        _solve_spd(A, z, k)
-        for a in range(d): X[x, a] = z[a]
-        if use_bias: bx[x] = z[d]
+                z[a, l] = 0.0
+                for e in range(a + 1): A[a, e, l] = 0.0
+            for p in range(start, stop, BLOCK):
+                G[:] = 0.0; r[:] = 0.0; sy[:] = 0.0
+                ts = _gram4(idx, val, p, min(p + BLOCK, stop), Y, by, mu, use_bias, G, r, sy, g, t4)
+                for a in range(d):
+                    z[a, l] += r[a]
+                    for e in range(a + 1): A[a, e, l] += G[a, e]
+                if use_bias:
+                    z[d, l] += ts
+                    for e in range(d): A[d, e, l] += sy[e]
+            w = n if weighted else 1.0
+            for a in range(d): A[a, a, l] += reg * w
+            if use_bias: A[d, d, l] += n + reg_bias * w
+            if n == 0:                                         # no ratings: the row is 0 (its system made the identity)
+                for a in range(k):
+                    z[a, l] = 0.0
+                    for e in range(a): A[a, e, l] = 0.0
+                    A[a, a, l] = 1.0
+        _cholesky_lanes(A, z, k, nb, s, ok)
+        for l in range(nb):
+            v = 1.0 if ok[l] else np.nan                      # a singular system (λ = 0, fewer ratings than k) has no solve
+            for a in range(d): X[x0 + l, a] = z[a, l] * v
+            if use_bias: bx[x0 + l] = z[d, l] * v
 
 # %% ../../nbs/01g_als.ipynb #a15e000d
 @njit(**JIT)
@@ -171,36 +199,55 @@ def ridge_sweep(indptr, idx, val,        # the ratings by row (CSR, as `to_csr` 
     else: _ridge_cg(*args, steps)
 
 # %% ../../nbs/01g_als.ipynb #a15e001a
+@njit(**JIT)
+def _dots4(W, B, n, d4, G):
+    "G[a, e] += Σ_{q<n} W[q, a] B[q, e] for a ≥ e, in 4×4 tiles (d4: the columns, padded to a multiple of 4 with zeros)."
+    for a in range(0, d4, 4):
+        for e in range(0, a + 1, 4):
+            s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = s20 = s21 = s22 = s23 = s30 = s31 = s32 = s33 = 0.0
+            for q in range(n):
+                x0 = W[q, a]; x1 = W[q, a + 1]; x2 = W[q, a + 2]; x3 = W[q, a + 3]
+                y0 = B[q, e]; y1 = B[q, e + 1]; y2 = B[q, e + 2]; y3 = B[q, e + 3]
+                s00 += x0 * y0; s01 += x0 * y1; s02 += x0 * y2; s03 += x0 * y3
+                s10 += x1 * y0; s11 += x1 * y1; s12 += x1 * y2; s13 += x1 * y3
+                s20 += x2 * y0; s21 += x2 * y1; s22 += x2 * y2; s23 += x2 * y3
+                s30 += x3 * y0; s31 += x3 * y1; s32 += x3 * y2; s33 += x3 * y3
+            G[a, e] += s00; G[a, e + 1] += s01; G[a, e + 2] += s02; G[a, e + 3] += s03
+            G[a + 1, e] += s10; G[a + 1, e + 1] += s11; G[a + 1, e + 2] += s12; G[a + 1, e + 3] += s13
+            G[a + 2, e] += s20; G[a + 2, e + 1] += s21; G[a + 2, e + 2] += s22; G[a + 2, e + 3] += s23
+            G[a + 3, e] += s30; G[a + 3, e + 1] += s31; G[a + 3, e + 2] += s32; G[a + 3, e + 3] += s33
+
 @njit(parallel=True, **JIT)
 def _statistics_blocked(ptr, bounds, users, vals, U, reg, m0, c_item, b_user, dots, clip, w, A, b):
-    d = A.shape[1]
-    for g in prange(bounds.shape[0] - 1):           # chunks of items holding about equal numbers of ratings
-        Wb = np.zeros((4, d)); Ub = np.zeros((4, d))   # four raters' w u_i and u_i
+    d = A.shape[1]; d4 = (d + 3) // 4 * 4; n_all = users.shape[0]; weighted = w.shape[0] > 0
+    for g in prange(bounds.shape[0] - 1):            # chunks of items holding about equal numbers of ratings
+        B = np.zeros((BLOCK, d4)); W = np.zeros((BLOCK, d4)) if weighted else B
+        G = np.zeros((d4, d4)); rb = np.zeros(BLOCK)
         for j in range(bounds[g], bounds[g + 1]):
+            G[:] = 0.0
+            for a in range(d): b[j, a] = 0.0
+            for p0 in range(ptr[j], ptr[j + 1], BLOCK):
+                n = min(BLOCK, ptr[j + 1] - p0)
+                for q in range(n):                       # the block's rows, side by side, and their targets
+                    p = p0 + q
+                    if p + 16 < n_all:
+                        i16 = users[p + 16]; prefetch_row(U, i16); prefetch_item(b_user, i16)
+                    i = users[p]
+                    for a in range(d): B[q, a] = U[i, a]
+                    x = np.float64(vals[p]) - m0 - c_item[j] - np.float64(b_user[i])
+                    if dots.shape[0]: x -= dots[p]
+                    x = min(max(x, -clip), clip)
+                    if weighted:
+                        x *= w[p]
+                        for a in range(d): W[q, a] = B[q, a] * w[p]
+                    rb[q] = x
+                for q in range(n):
+                    for a in range(d): b[j, a] += rb[q] * B[q, a]
+                _dots4(W, B, n, d4, G)
             for a in range(d):
-                b[j, a] = 0.0
-                for e in range(a + 1): A[j, a, e] = 0.0
-            p, stop = ptr[j], ptr[j + 1]
-            while p < stop:
-                m = min(4, stop - p)
-                for q in range(4):
-                    if q < m:
-                        i = users[p + q]
-                        r = np.float64(vals[p + q]) - m0 - c_item[j] - np.float64(b_user[i])
-                        if dots.shape[0]: r -= dots[p + q]
-                        r = min(max(r, -clip), clip)
-                        wq = w[p + q] if w.shape[0] else 1.0
-                        for a in range(d):
-                            Ub[q, a] = U[i, a]; Wb[q, a] = U[i, a] * wq; b[j, a] += r * Wb[q, a]
-                    else:
-                        for a in range(d): Ub[q, a] = 0.0; Wb[q, a] = 0.0
-                for a in range(d):
-                    x0 = Wb[0, a]; x1 = Wb[1, a]; x2 = Wb[2, a]; x3 = Wb[3, a]
-                    for e in range(a + 1): A[j, a, e] += x0 * Ub[0, e] + x1 * Ub[1, e] + x2 * Ub[2, e] + x3 * Ub[3, e]
-                p += m
-            for a in range(d):
+                for e in range(a + 1):
+                    A[j, a, e] = G[a, e]; A[j, e, a] = G[a, e]
                 A[j, a, a] += reg
-                for e in range(a): A[j, e, a] = A[j, a, e]
 
 # %% ../../nbs/01g_als.ipynb #a15e001b
 def _item_chunks(ptr, n: int) -> np.ndarray:
@@ -209,11 +256,45 @@ def _item_chunks(ptr, n: int) -> np.ndarray:
     return np.unique(np.r_[0, np.clip(cuts, 0, n), n]).astype(np.int64)
 
 def blocked_normal_equations(ptr, users, vals, U, reg, A, b, m0=0.0, c_item=None, b_user=None, dots=None, clip=math.inf, weights=None):
-    "`normal_equations` (the same arguments and sums, into A and b) accumulated four raters at a time: only the summation order differs."
+    "`normal_equations` (the same arguments and sums, into A and b) accumulated 64 raters at a time in 4×4 tiles: only the summation order differs."
     n = A.shape[0]
     own = lambda a, k: np.zeros(k) if a is None else np.ascontiguousarray(a)
     _statistics_blocked(ptr, _item_chunks(ptr, n), users, vals, U, float(reg), float(m0), own(c_item, n), own(b_user, U.shape[0]),
                         own(dots, 0), float(clip), own(weights, 0).astype(np.float64), A, b)
+
+# %% ../../nbs/01g_als.ipynb #a15e0023
+@njit(parallel=True, **JIT)
+def _solve_items_pd(A, beta, reg, V, pd):
+    m, k = A.shape[0], A.shape[1]; L = _lanes(k)
+    for c in prange((m + L - 1) // L):
+        M = np.zeros((k, k, L)); z = np.zeros((k, L)); s = np.empty(L); ok = np.empty(L, np.bool_)
+        j0 = c * L; nb = min(L, m - j0)
+        for l in range(nb):                              # is A_j positive definite? a Cholesky of A_j itself
+            for a in range(k):
+                for e in range(a + 1): M[a, e, l] = A[j0 + l, a, e]
+        _cholesky_lanes(M, z, k, nb, s, ok)
+        for l in range(nb):                              # (A_j + λ_j I) v = β_j
+            pd[j0 + l] = ok[l]
+            for a in range(k):
+                z[a, l] = beta[j0 + l, a]
+                for e in range(a + 1): M[a, e, l] = A[j0 + l, a, e]
+                M[a, a, l] += reg[j0 + l]
+        _cholesky_lanes(M, z, k, nb, s, ok)
+        for l in range(nb):
+            for a in range(k): V[j0 + l, a] = z[a, l]
+
+def solve_where_pd(A,      # symmetric matrices, m × k × k (the lower triangle is read)
+                   beta,   # right-hand sides, m × k
+                   reg,    # λ_j ≥ 0: one number, or one per matrix
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    "(V, pd): v_j = (A_j + λ_j I)⁻¹ β_j by Cholesky, and whether A_j itself is positive definite; where it is not, v_j is not meaningful (solve those by eigh)."
+    A, beta = np.ascontiguousarray(A, np.float64), np.ascontiguousarray(beta, np.float64)
+    if A.ndim != 3 or A.shape[1] != A.shape[2] or beta.shape != A.shape[:2]:
+        raise ValueError(f"A must be m × k × k and beta m × k; got {A.shape} and {beta.shape}")
+    reg = np.ascontiguousarray(np.broadcast_to(np.asarray(reg, np.float64), (A.shape[0],)))
+    V, pd = np.empty(beta.shape), np.empty(A.shape[0], np.bool_)
+    _solve_items_pd(A, beta, reg, V, pd)
+    return V, pd
 
 # %% ../../nbs/01g_als.ipynb #a15e0017
 def _rmse(r: Ratings, U, V, b, c, mu) -> float:

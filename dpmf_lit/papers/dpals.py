@@ -14,8 +14,9 @@ import numpy as np
 from fastcore.basics import patch
 from ..core.checks import Bool, Choice, Float, Fraction, Int, Positive, check_choice, check_fraction, check_int, check_positive, show
 from ..data import Ratings
-from ..core.kernels import als_sweep, to_csr
-from ..model.linalg import clip_rows, normal_equations
+from ..core.kernels import to_csr
+from ..model.als import blocked_normal_equations, ridge_sweep, solve_where_pd
+from ..model.linalg import clip_rows
 from ..model.mechanism import FEATURE_WORK, Factors, Mechanism, register_mechanism, ridge_work
 from dp_accounting import GaussianDpEvent, SelfComposedDpEvent
 from ..core.privacy import NEIGHBOURING, PrivacyReport, Release, Unit, gaussian_epsilon, gaussian_release, gaussian_sigma_analytic
@@ -32,17 +33,17 @@ def user_step(ratings: Ratings, V, c, m0: float, reg: float, csr=None) -> tuple[
     "Every user's (u_i, b_i) for fixed V and offsets c (float32), as each device computes it; `csr`: the ratings grouped by user (`to_csr`), if already built."
     U, b = np.zeros((ratings.n_users, V.shape[1]), np.float32), np.zeros(ratings.n_users, np.float32)
     csr = to_csr(ratings.user, ratings.item, ratings.rating, ratings.n_users) if csr is None else csr
-    als_sweep(*csr, U, V, b, c, np.float32(m0), reg, reg, True, False)
+    ridge_sweep(*csr, U, np.ascontiguousarray(V, np.float32), b, np.ascontiguousarray(c, np.float32), m0, reg, reg)
     return U, b
 
 # %% ../../nbs/10_dpals.ipynb #619c0483
 def item_statistics(indptr, users, x, U, m0: float = 0.0, c=None, b=None, dots=None, clip: float = math.inf, weights=None) -> tuple[np.ndarray, np.ndarray]:
-    "Per item j (ratings grouped by item: indptr, users, ratings or targets x): A_j = Σ w_ij u_i u_iᵀ and β_j = Σ w_ij x'_ij u_i, float64, the target x'_ij = clip(x_ij − m0 − c_j − b_i − dots, ±`clip`) formed in the kernel (by default x' = x), w_ij = `weights` (None: 1) — the normal-equation kernel of 03_hua_dpmf with no ridge."
+    "Per item j (ratings grouped by item: indptr, users, ratings or targets x): A_j = Σ w_ij u_i u_iᵀ and β_j = Σ w_ij x'_ij u_i, float64, the target x'_ij = clip(x_ij − m0 − c_j − b_i − dots, ±`clip`) formed in the kernel (by default x' = x), w_ij = `weights` (None: 1) — the normal-equation sums of 03_hua_dpmf with no ridge, in the blocked kernel of 01g_als."
     U, x = np.ascontiguousarray(U, np.float64), np.asarray(x)
     m, d = len(indptr) - 1, U.shape[1]
     A, beta = np.empty((m, d, d)), np.empty((m, d))
-    normal_equations(np.asarray(indptr, np.int64), np.asarray(users, np.int32), x if x.dtype in (np.float32, np.float64) else x.astype(np.float64),
-                      U, 0.0, A, beta, m0, None if c is None else np.asarray(c, np.float64), b, dots, clip, weights)
+    blocked_normal_equations(np.asarray(indptr, np.int64), np.asarray(users, np.int32), x if x.dtype in (np.float32, np.float64) else x.astype(np.float64),
+                             U, 0.0, A, beta, m0, None if c is None else np.asarray(c, np.float64), b, dots, clip, weights)
     return A, beta
 
 
@@ -66,10 +67,14 @@ def _eigh(A) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 def solve_items(A, beta, reg) -> np.ndarray:
-    "v_j = (P(A_j) + reg_j I)⁻¹ β_j for symmetric A_j, P the projection on PSD matrices; `reg` a number or one per item."
-    w, Q = _eigh(A)
-    reg = np.broadcast_to(np.asarray(reg, np.float64), (A.shape[0],))[:, None]
-    return np.einsum("mab,mb->ma", Q, np.einsum("mba,mb->ma", Q, beta) / (np.maximum(w, 0.0) + reg))
+    "v_j = (P(A_j) + reg_j I)⁻¹ β_j for symmetric A_j, P the projection on PSD matrices; `reg` a number or one per item: by Cholesky where A_j is positive definite (then P(A_j) = A_j), by eigh where not."
+    V, pd = solve_where_pd(A, beta, reg)
+    rest = np.flatnonzero(~pd)
+    if len(rest):
+        w, Q = _eigh(A[rest])
+        lam = np.broadcast_to(np.asarray(reg, np.float64), (A.shape[0],))[rest, None]
+        V[rest] = np.einsum("mab,mb->ma", Q, np.einsum("mba,mb->ma", Q, beta[rest]) / (np.maximum(w, 0.0) + lam))
+    return V
 
 # %% ../../nbs/10_dpals.ipynb #e2e48088
 def noise_multipliers(epsilon: float, delta: float, rounds: int, count_share: float) -> tuple[float, float]:

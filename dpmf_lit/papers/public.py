@@ -12,7 +12,8 @@ import numpy as np
 from fastcore.basics import patch
 from ..core.checks import Choice, Float, Fraction, Int, Positive, check_float
 from ..data import Ratings
-from ..core.kernels import als_sweep, to_csr
+from ..core.kernels import to_csr
+from ..model.als import ridge_sweep
 from ..model.mechanism import FEATURE_WORK, Above, Factors, Mechanism, register_mechanism, ridge_work
 from dp_accounting import GaussianDpEvent, SelfComposedDpEvent
 from ..core.privacy import NEIGHBOURING, PrivacyReport, Release, Unit, gaussian_epsilon, gaussian_release, gaussian_sigma_analytic
@@ -34,8 +35,8 @@ def public_features(train: Ratings) -> np.ndarray:
 def local_ridge(train: Ratings, X, offset, m0: float, reg: float, reg_intercept: float) -> tuple[np.ndarray, np.ndarray]:
     "(W, a): each user's ridge of r − m0 − offset_j on [1, x_j], computed on the user's device (ridge `reg` on w, `reg_intercept` on a)."
     W, a = np.zeros((train.n_users, X.shape[1]), np.float32), np.zeros(train.n_users, np.float32)
-    als_sweep(*to_csr(train.user, train.item, train.rating, train.n_users), W, np.ascontiguousarray(X, np.float32), a,
-              np.ascontiguousarray(offset, np.float32), np.float32(m0), float(reg), float(reg_intercept), True, False)
+    ridge_sweep(*to_csr(train.user, train.item, train.rating, train.n_users), W, np.ascontiguousarray(X, np.float32), a,
+                np.ascontiguousarray(offset, np.float32), m0, float(reg), float(reg_intercept))
     return W, a
 
 # %% ../../nbs/13_public_features.ipynb #e13c0014

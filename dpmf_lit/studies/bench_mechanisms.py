@@ -16,12 +16,12 @@ from ..model.mechanism import get_mechanism, mechanisms
 
 # %% auto #0
 __all__ = ['PARAMS', 'GOALS', 'SPEEDUP', 'EPOCH_D', 'FAST', 'private_mechanisms', 'time_fit', 'sgd_epoch_seconds',
-           'mechanism_bench', 'mechanism_ratios', 'format_mechanism_table', 'dpals_parts', 'fit_at_scale', 'goal_table',
-           'parts_table']
+           'mechanism_bench', 'mechanism_ratios', 'format_mechanism_table', 'machine_rates', 'fit_arithmetic',
+           'bound_seconds', 'dpals_parts', 'fit_at_scale', 'goal_table', 'bound_table', 'parts_table']
 
 # %% ../../nbs/91c_bench_mechanisms.ipynb #9c4e53d4
 PARAMS = {"dpals": dict(d=16, epochs=3)}     # the ones not at their defaults
-GOALS = {"dp-bias": 1.0, "user-features": 2.0, "dpals": 5.0}   # whole fit ≤ this many SGD epochs
+GOALS = {"dp-bias": 1.0, "user-features": 1.0, "dpals": 5.0, "dp-bias-features": 1.5}   # whole fit ≤ this many SGD epochs
 SPEEDUP = {"user-features": 1.7, "dpals": 1.7}                 # 1 → 2 threads at least this
 EPOCH_D = 64                                  # rank of the SGD epoch the fits are measured in (the engine's headline rank)
 FAST = ("dp-bias", "user-features", "dpals", "dp-bias-features", "user-mean")   # whole fits of seconds at 20 M ratings
@@ -112,6 +112,37 @@ def format_mechanism_table(rows: list[dict]) -> str:
                    f"{r['sgd_epoch_s']:.3g} s | {r['epochs']:.3g} |\n" if not r.get("error") else
                    f"| {r['mechanism']} | {r['threads']} | failed at its defaults: {r['error'][:120]} | | {r['sgd_epoch_s']:.3g} s | |\n" for r in rows)
     return head.format(d=rows[0].get("epoch_d", EPOCH_D) if rows else EPOCH_D) + body
+
+# %% ../../nbs/91c_bench_mechanisms.ipynb #91c0b002
+def machine_rates(threads: int = 1, n: int = 1024, repeats: int = 3) -> dict:
+    "This machine's float32 matrix-product rate (GFLOP/s: per CPU-second of `numpy.matmul`, times `threads`) and copy bandwidth (GB/s, `stream_bandwidth`) at `threads`."
+    from dpmf_lit.core.machine import stream_bandwidth
+    threads, n = check_int("threads", threads, 1), check_int("n", n, 64)
+    a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32); a @ a
+    cpu = []
+    for _ in range(check_int("repeats", repeats, 1)):
+        c0 = time.process_time(); a @ a; cpu.append(time.process_time() - c0)
+    return {"threads": threads, "gemm_gflops": threads * 2 * n ** 3 / max(min(cpu), 1e-9) / 1e9, "copy_gbs": stream_bandwidth(threads)}
+
+def fit_arithmetic(name: str, r, p: int | None = None) -> dict:
+    "{madds, bytes}: what a whole fit of `name` at the benchmark's parameters cannot avoid on `r` (p: public features a user regresses on; None: r's)."
+    n, users, m = len(r), r.n_users, r.n_items
+    p = (0 if r.item_features is None else r.item_features.X.shape[1]) if p is None else p
+    ridge = lambda k, rows, ratings: ratings * k * (k + 1) / 2 + rows * k ** 3 / 6
+    if name == "user-mean": return {"madds": 0.0, "bytes": 8.0 * n}
+    if name == "dp-bias": return {"madds": 0.0, "bytes": 2 * 8.0 * n}
+    if name == "user-features": return {"madds": ridge(p + 1, users, n), "bytes": 8.0 * n}
+    if name == "dp-bias-features": return {"madds": ridge(p + 1, users, n), "bytes": 3 * 8.0 * n}
+    if name == "dpals":
+        q = {**dict(d=16, epochs=3, max_ratings=100), **PARAMS.get("dpals", {})}
+        d, T = q["d"], q["epochs"]
+        kept = float(np.minimum(np.bincount(r.user, minlength=users), q["max_ratings"]).sum())
+        return {"madds": (T + 1) * ridge(d + 1, users, n) + T * ridge(d, m, kept), "bytes": 8.0 * ((T + 1) * n + T * kept + 2 * n)}
+    raise ValueError(f"name={name!r}: no arithmetic count for it (one of user-mean, dp-bias, user-features, dp-bias-features, dpals)")
+
+def bound_seconds(work: dict, rates: dict) -> float:
+    "The larger of the arithmetic time (2 flops a multiply-add at the matrix-product rate) and the memory time (bytes at the copy bandwidth)."
+    return max(2 * work["madds"] / (rates["gemm_gflops"] * 1e9), work["bytes"] / (rates["copy_gbs"] * 1e9))
 
 # %% ../../nbs/91c_bench_mechanisms.ipynb #2288dbc7
 def _best(f, repeats: int = 2) -> float:
@@ -204,6 +235,14 @@ def goal_table(rec: dict) -> str:
                    f"+ factors = {s['limit_bytes'] / 2**30:.2f} GiB | {s['fit_s']:.3g} s{wall}; peak {s['peak_bytes'] / 2**30:.2f} GiB "
                    f"({s['before_fit_bytes'] / 2**30:.2f} GiB before the fit) | {verdict(s['peak_met'])} |")
     return "\n".join(out)
+
+def bound_table(rec: dict) -> str:
+    "Each fit at the most threads beside its arithmetic lower bound (`fit_arithmetic`, `bound_seconds`), from a `mechanism-throughput` record."
+    rt, out = rec["rates"], ["| mechanism | whole fit | multiply-adds | bytes read | lower bound | fit / bound |", "|---|---|---|---|---|---|"]
+    for n, b in rec["bounds"].items():
+        out.append(f"| {n} | {b['fit_s']:.3g} s | {b['madds']:.3g} | {b['bytes'] / 1e9:.2f} GB | {b['bound_s']:.3g} s | {b['x_bound']:.1f}× |")
+    return "\n".join(out) + (f"\n\nAt {rt['threads']} threads this machine measured {rt['gemm_gflops']:.0f} GFLOP/s (float32 matrix product) "
+                             f"and {rt['copy_gbs']:.1f} GB/s (copy).")
 
 def parts_table(rec: dict) -> str:
     "DPALS's parts from a `mechanism-throughput` record, each in SGD epochs of the same threads, with how often a fit of T rounds runs it."
